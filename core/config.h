@@ -1,0 +1,59 @@
+// The drafter's config.json (drafter.md §1): parsed once, validated, every key that changes the
+// math either consumed or refused by name.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash {
+
+struct RopeConfig {
+  enum class Type { kDefault, kYarn };
+  Type type = Type::kDefault;
+  double theta = 10000.0;
+  // YaRN only (drafter.md §4, Hugging Face _compute_yarn_parameters).
+  double factor = 1.0;
+  int original_max_position_embeddings = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  bool has_attention_factor = false;  // explicit `attention_factor` key
+  double attention_factor = 1.0;      // explicit value when has_attention_factor
+  double mscale = 0.0;                // DeepSeek-style keys; 0 = absent
+  double mscale_all_dim = 0.0;
+};
+
+struct DrafterConfig {
+  int hidden_size = 0;          // H
+  int num_layers = 0;           // L
+  int num_heads = 0;            // nh
+  int num_kv_heads = 0;         // nkv
+  int head_dim = 0;             // d
+  int intermediate_size = 0;    // I
+  int vocab_size = 0;           // V
+  double rms_norm_eps = 1e-6;
+  bool attention_bias = false;
+  RopeConfig rope;
+  int block_size = 0;                 // trained block width
+  std::vector<int> target_layer_ids;  // captured target layers, 0-based
+  int mask_token_id = 0;
+  int target_hidden_size = 0;  // Ht (= H for every published drafter)
+  bool tie_word_embeddings = false;
+  int max_position_embeddings = 0;
+
+  int num_target_layers() const { return static_cast<int>(target_layer_ids.size()); }  // nT
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  int ctx_feature_dim() const { return num_target_layers() * target_hidden_size; }  // nT·Ht
+};
+
+// Parses a config object; `source` (a path) prefixes every error message.
+DrafterConfig parse_drafter_config(const nlohmann::json& json, const std::string& source);
+// Reads and parses `<dir>/config.json`.
+DrafterConfig load_drafter_config(const std::string& path);
+
+// target_layer_ids derived from num_target_layers when absent (drafter.md §1).
+std::vector<int> derive_target_layer_ids(int num_draft_layers, int num_target_layers);
+
+}  // namespace dflash

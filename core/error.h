@@ -1,0 +1,33 @@
+// One error type for the whole harness. Every failure says what, where and why; its kind decides
+// the command-line exit code (drafter.md / issue 4: 0 pass, 1 mismatch, 2 bad input, 125 cannot run).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace dflash {
+
+enum class ErrorKind {
+  kBadInput,       // malformed file, wrong shape/dtype, bad config key, NaN, context gap: exit 2
+  kPoolExhausted,  // the paged KV pool cannot serve a request (that request only): exit 2
+  kUnsupported,    // valid input this build or machine cannot run (no GPU, head_dim not built): exit 125
+  kInternal,       // a broken invariant inside the harness itself: exit 2 with a bug report
+};
+
+class HarnessError : public std::runtime_error {
+ public:
+  HarnessError(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+// Shorthands used everywhere: `throw bad_input("trace.safetensors: tensor 's0.q0.ctx': ...")`.
+inline HarnessError bad_input(const std::string& message) { return HarnessError(ErrorKind::kBadInput, message); }
+inline HarnessError unsupported(const std::string& message) { return HarnessError(ErrorKind::kUnsupported, message); }
+inline HarnessError internal_error(const std::string& message) { return HarnessError(ErrorKind::kInternal, message); }
+
+// Exit code a command-line tool returns for an error of this kind.
+inline int exit_code_for(ErrorKind kind) { return kind == ErrorKind::kUnsupported ? 125 : 2; }
+
+}  // namespace dflash

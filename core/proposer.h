@@ -1,0 +1,95 @@
+// The one interface both drafters implement, shaped after an engine's DraftProposer: a head built
+// from weights and settings; sequences added and released; a block width set and clamped; one
+// batched propose; read-only introspection of the paged cache for invariant checks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "core/kv_pages.h"
+#include "core/tensor.h"
+
+namespace dflash {
+
+// The numbers a drafter computes with (drafter.md §6).
+//  kFp64: reference only, the oracle's own precision.
+//  kFp32: reference only, fp32 activations from bf16 weights.
+//  kBf16: bf16 weights, fp32 accumulation, bf16 storage at the CUDA drafter's stage boundaries
+//         (the reference emulates the rounding).
+//  kFp8:  kBf16 with q/k/v/o/gate/up/down and lm_head as per-row E4M3 (the reference emulates the
+//         quantization bit for bit).
+enum class Precision { kFp64, kFp32, kBf16, kFp8 };
+const char* precision_name(Precision precision);
+bool parse_precision(const std::string& name, Precision* out);
+
+struct HeadSettings {
+  int gamma = -1;          // maximum block width; -1 takes the config's block_size
+  int64_t ctx_cap = 4096;  // context window in positions, >= 1; 0 only with uncapped = true
+  bool uncapped = false;   // an engine-style ctx_cap of 0 meaning "no cap", said explicitly
+  int max_batch = 1;       // most sequences one propose serves
+  int kv_page_size = 16;   // tokens per cache page
+  int pool_pages = 0;      // pages per layer pool; 0 = max_batch · (ceil(ctx_cap / page) + 1)
+  uint64_t page_order_seed = 0;  // 0: ascending page order; else a fixed shuffled order
+  Precision precision = Precision::kFp32;
+
+  // Checks the values and fills the defaults (gamma from the config, pool size).
+  HeadSettings resolved(const DrafterConfig& config) const;
+};
+
+// One sequence's part of a batched propose.
+struct ProposeInput {
+  int seq = -1;
+  const Tensor* ctx = nullptr;  // [C, nT·Ht]: target hidden states of positions start-C .. start-1
+  int64_t start = 0;            // absolute position of the anchor
+  int anchor = 0;               // anchor token id
+};
+
+// A named intermediate of one propose (drafter.md §7), in forward order.
+struct Tap {
+  std::string name;
+  Tensor value;
+};
+
+struct ProposeOutput {
+  int seq = -1;
+  int block_width = 0;                // the clamped width B this propose ran at
+  Tensor logits;                      // [B-1, V]
+  std::vector<int32_t> draft_tokens;  // B-1 tokens, argmax of each logits row, lowest index on ties
+  std::vector<Tap> taps;              // empty unless requested
+};
+
+class DraftProposer {
+ public:
+  virtual ~DraftProposer() = default;
+
+  // "reference-fp64", "cuda-fp8", ...
+  virtual std::string name() const = 0;
+  virtual const DrafterConfig& config() const = 0;
+  virtual const HeadSettings& settings() const = 0;
+
+  virtual void add_sequence(int seq) = 0;
+  virtual void release_sequence(int seq) = 0;
+
+  // Stores clamp(g, 2, max(gamma, 2)); every propose runs at that width.
+  virtual void set_block_g(int g) = 0;
+  virtual int block_g() const = 0;
+
+  // One batched call: at most max_batch distinct, active sequences. Context rows are validated
+  // (no gap, no overlap) and admitted atomically; on any error no sequence changes.
+  virtual std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) = 0;
+
+  // Introspection for invariant checks from outside.
+  virtual std::vector<int> sequences() const = 0;
+  virtual SequenceView sequence_view(int seq) const = 0;
+  virtual std::vector<int64_t> window_slots(int seq) const = 0;
+  virtual PoolView pool_view() const = 0;
+
+  // Settings and choices in force (precision, kernels per stage, fallbacks taken, graphs on/off),
+  // printed in every report.
+  virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
+};
+
+}  // namespace dflash

@@ -1,0 +1,49 @@
+// The drafter's weights (drafter.md §2) as float host tensors (bf16 values convert exactly), and
+// the target's embed_tokens / lm_head. Loading accounts for every tensor of the checkpoint.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tensor.h"
+
+namespace dflash {
+
+struct LayerWeights {
+  Tensor input_layernorm;           // [H]
+  Tensor post_attention_layernorm;  // [H]
+  Tensor q_proj, k_proj, v_proj;    // [nh·d, H], [nkv·d, H], [nkv·d, H]
+  Tensor o_proj;                    // [H, nh·d]
+  Tensor q_bias, k_bias, v_bias, o_bias;  // [nh·d], [nkv·d], [nkv·d], [H]; empty without attention_bias
+  Tensor q_norm, k_norm;            // [d]
+  Tensor gate_proj, up_proj;        // [I, H]
+  Tensor down_proj;                 // [H, I]
+};
+
+struct DrafterWeights {
+  Tensor fc;           // [H, nT·Ht]
+  Tensor hidden_norm;  // [H]
+  Tensor norm;         // [H]
+  std::vector<LayerWeights> layers;
+  Tensor embed_tokens;  // [V, H] (from the target)
+  Tensor lm_head;       // [V, H] (from the target; a copy of embed_tokens for a tied target)
+};
+
+// Where the target's tensors are: a .safetensors file, a sharded checkpoint's
+// model.safetensors.index.json, or a directory holding either.
+struct TargetSource {
+  std::string path;
+  std::string embed_tokens_name = "embed_tokens.weight";  // also tried with a "model." prefix
+  std::string lm_head_name = "lm_head.weight";            // absent + tied config: embed_tokens
+};
+
+// Loads `<drafter_dir>/model.safetensors` (or a sharded index there) and the target's tensors,
+// checking every name, shape and dtype against `config`. Missing, unused, wrongly shaped or
+// wrongly typed tensors are errors naming the file and tensor.
+DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::string& drafter_dir,
+                                    const TargetSource& target);
+
+// Checks an in-memory weight set against the config (shapes, biases present iff attention_bias).
+void validate_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights);
+
+}  // namespace dflash
