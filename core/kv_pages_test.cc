@@ -1,0 +1,125 @@
+// Unit tests of the paged-cache bookkeeping (drafter.md §5). The property tests in
+// tests/properties drive it with random traces against a model; these pin the plain cases.
+#include "core/kv_pages.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+int owned_pages(const PoolView& pool) {
+  int n = 0;
+  for (int owner : pool.page_owner) n += owner >= 0;
+  return n;
+}
+
+TEST(KvPageTable, AppendsThenSlidesAndFreesWholePagesOnly) {
+  KvPageTable table(/*num_pages=*/8, /*page_size=*/4, /*ctx_cap=*/6);
+  table.add(0);
+  auto admitted = table.admit({{0, /*start=*/10, /*count=*/10}});
+  ASSERT_EQ(admitted.size(), 1u);
+  // Window of a cap-6 sequence at s = 10 is positions 4..9: rows 0..3 never enter.
+  EXPECT_EQ(admitted[0].first_row, 4);
+  EXPECT_EQ(admitted[0].first_position, 4);
+  EXPECT_EQ(admitted[0].slots.size(), 6u);
+  SequenceView v = table.view(0);
+  EXPECT_EQ(v.window_begin, 4);
+  EXPECT_EQ(v.next_position, 10);
+  EXPECT_EQ(v.first_logical_page, 1);          // page 0 (positions 0..3) was never needed
+  EXPECT_EQ(v.block_table.size(), 2u);         // positions 4..7 and 8..9
+  table.admit({{0, 13, 3}});                   // window 7..12: logical page 1 still holds 7
+  EXPECT_EQ(table.view(0).first_logical_page, 1);
+  table.admit({{0, 14, 1}});                   // window 8..13: logical page 1 leaves
+  EXPECT_EQ(table.view(0).first_logical_page, 2);
+  const PoolView pool = table.pool();
+  EXPECT_EQ(static_cast<int>(pool.free_pages.size()) + owned_pages(pool), pool.num_pages);
+}
+
+TEST(KvPageTable, SlotsAreUniqueAcrossSequences) {
+  KvPageTable table(16, 4, 100);
+  table.add(1);
+  table.add(2);
+  table.admit({{1, 7, 7}, {2, 9, 9}});
+  std::set<int64_t> seen;
+  for (int seq : {1, 2}) {
+    for (int64_t slot : table.window_slots(seq)) EXPECT_TRUE(seen.insert(slot).second) << "slot " << slot;
+  }
+  EXPECT_EQ(seen.size(), 16u);
+}
+
+TEST(KvPageTable, GapsOverlapsAndEmptyNewSequencesAreRefused) {
+  KvPageTable table(8, 4, 100);
+  table.add(0);
+  EXPECT_THROW(table.admit({{0, 5, 0}}), HarnessError);  // new sequence needs rows
+  table.admit({{0, 5, 5}});
+  try {
+    table.admit({{0, 9, 3}});  // rows 6..8 leave position 5 out
+    FAIL() << "a gap was accepted";
+  } catch (const HarnessError& e) {
+    EXPECT_NE(std::string(e.what()).find("gap"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sequence 0"), std::string::npos) << e.what();
+  }
+  try {
+    table.admit({{0, 7, 3}});  // rows 4..6 repeat position 4
+    FAIL() << "an overlap was accepted";
+  } catch (const HarnessError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(table.view(0).next_position, 5);  // nothing changed
+}
+
+TEST(KvPageTable, ExhaustionIsAtomicAndLeavesOtherSequencesAlone) {
+  KvPageTable table(3, 4, 100);
+  table.add(0);
+  table.add(1);
+  table.admit({{0, 8, 8}});  // two pages
+  const SequenceView before = table.view(0);
+  const PoolView pool_before = table.pool();
+  try {
+    table.admit({{0, 9, 1}, {1, 8, 8}});  // seq 0 needs one more page, seq 1 two: 3 > 1 free
+    FAIL() << "exhaustion not detected";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kPoolExhausted);
+    EXPECT_NE(std::string(e.what()).find("sequence 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(table.view(0).block_table, before.block_table);
+  EXPECT_EQ(table.view(0).next_position, before.next_position);
+  EXPECT_EQ(table.view(1).next_position, 0);
+  EXPECT_EQ(table.pool().free_pages, pool_before.free_pages);
+}
+
+TEST(KvPageTable, ReleaseReturnsPagesAndRetiresTheId) {
+  KvPageTable table(4, 4, 100);
+  table.add(0);
+  table.admit({{0, 10, 10}});
+  EXPECT_EQ(table.pool().free_pages.size(), 1u);
+  table.release(0);
+  EXPECT_EQ(table.pool().free_pages.size(), 4u);
+  EXPECT_THROW(table.add(0), HarnessError);
+  EXPECT_THROW(table.release(0), HarnessError);
+}
+
+TEST(KvPageTable, SeededPageOrderIsAPermutationAndReproducible) {
+  KvPageTable a(32, 4, 100, 7), b(32, 4, 100, 7), plain(32, 4, 100, 0);
+  EXPECT_EQ(a.pool().free_pages, b.pool().free_pages);
+  EXPECT_NE(a.pool().free_pages, plain.pool().free_pages);
+  const std::vector<int> order = a.pool().free_pages;
+  std::set<int> pages(order.begin(), order.end());
+  EXPECT_EQ(pages.size(), 32u);
+}
+
+TEST(ClampBlockWidth, FollowsTheEngineRule) {
+  EXPECT_EQ(clamp_block_width(0, 8), 2);
+  EXPECT_EQ(clamp_block_width(1, 8), 2);
+  EXPECT_EQ(clamp_block_width(5, 8), 5);
+  EXPECT_EQ(clamp_block_width(20, 8), 8);
+  EXPECT_EQ(clamp_block_width(8, 0), 2);  // gamma 0 and 1 still run width 2
+  EXPECT_EQ(clamp_block_width(8, 1), 2);
+}
+
+}  // namespace
+}  // namespace dflash
