@@ -35,6 +35,9 @@ struct TargetSource {
   std::string path;
   std::string embed_tokens_name = "embed_tokens.weight";  // also tried with a "model." prefix
   std::string lm_head_name = "lm_head.weight";            // absent + tied config: embed_tokens
+  // The fixture says the target ties lm_head to embed_tokens (target.tie_word_embeddings); a
+  // target directory can also say so in its config.json.
+  bool tied = false;
 };
 
 // Loads `<drafter_dir>/model.safetensors` (or a sharded index there) and the target's tensors,
@@ -45,5 +48,15 @@ DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::stri
 
 // Checks an in-memory weight set against the config (shapes, biases present iff attention_bias).
 void validate_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights);
+
+// Every drafter tensor under its checkpoint name (drafter.md §2, without the "model." prefix) with
+// its expected shape, in one fixed order; biases only with attention_bias. The loader's tensor
+// accounting and the checkpoint writer share this list.
+struct NamedWeight {
+  std::string name;
+  std::vector<int64_t> shape;
+  const Tensor* tensor;
+};
+std::vector<NamedWeight> drafter_tensor_list(const DrafterConfig& config, const DrafterWeights& weights);
 
 }  // namespace dflash

@@ -1,0 +1,350 @@
+#include "tests/io/malformed_cases.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "fixtures/fixture.h"
+
+namespace dflash::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+// The defects are planted with plain byte and JSON edits, independent of the readers under test.
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+std::string copy_base(const std::string& work_dir, const std::string& name) {
+  const fs::path dir = fs::path(work_dir) / name;
+  fs::remove_all(dir);
+  fs::copy(malformed_base_fixture(), dir, fs::copy_options::recursive);
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
+  }
+  return dir.string();
+}
+
+void edit_json(const std::string& path, const std::function<void(ojson&)>& edit) {
+  std::ifstream in(path);
+  ojson value = ojson::parse(in);
+  edit(value);
+  write_text(path, value.dump(1));
+}
+
+// A safetensors file as header JSON + data area, edited and written back (header unpadded).
+struct RawSafetensors {
+  ojson header;
+  std::vector<uint8_t> data;
+};
+
+RawSafetensors read_raw(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  RawSafetensors raw;
+  raw.header = ojson::parse(std::string(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n)));
+  raw.data.assign(bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+  return raw;
+}
+
+void write_raw(const std::string& path, const std::string& header_text, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> bytes(8);
+  const uint64_t n = header_text.size();
+  std::memcpy(bytes.data(), &n, 8);
+  bytes.insert(bytes.end(), header_text.begin(), header_text.end());
+  bytes.insert(bytes.end(), data.begin(), data.end());
+  write_bytes(path, bytes);
+}
+
+void edit_safetensors(const std::string& path, const std::function<void(ojson&, std::vector<uint8_t>&)>& edit) {
+  RawSafetensors raw = read_raw(path);
+  edit(raw.header, raw.data);
+  write_raw(path, raw.header.dump(), raw.data);
+}
+
+// Overwrites the bytes of element `index` of tensor `name` (element size = bytes.size()).
+void poke(ojson& header, std::vector<uint8_t>& data, const std::string& name, size_t index,
+          const std::vector<uint8_t>& bytes) {
+  const size_t begin = header[name]["data_offsets"][0].get<size_t>();
+  std::memcpy(data.data() + begin + index * bytes.size(), bytes.data(), bytes.size());
+}
+
+std::string trace(const std::string& dir) { return dir + "/trace.safetensors"; }
+std::string manifest(const std::string& dir) { return dir + "/fixture.json"; }
+std::string drafter_config(const std::string& dir) { return dir + "/drafter/config.json"; }
+std::string drafter_model(const std::string& dir) { return dir + "/drafter/model.safetensors"; }
+
+// A case edits a fresh copy of the base fixture; the helpers below name the usual edits.
+using Case = MalformedCase;
+Case raw_case(std::string name, std::string expected, std::function<void(const std::string& dir)> edit) {
+  return {name, expected, [name, edit](const std::string& work) {
+            const std::string dir = copy_base(work, name);
+            edit(dir);
+            return dir;
+          }};
+}
+Case manifest_case(std::string name, std::string expected, std::function<void(ojson&)> edit) {
+  return raw_case(name, expected, [edit](const std::string& dir) { edit_json(manifest(dir), edit); });
+}
+Case config_case(std::string name, std::string expected, std::function<void(ojson&)> edit) {
+  return raw_case(name, expected, [edit](const std::string& dir) { edit_json(drafter_config(dir), edit); });
+}
+Case safetensors_case(std::string name, std::string expected, std::string (*file)(const std::string&),
+                      std::function<void(ojson&, std::vector<uint8_t>&)> edit) {
+  return raw_case(name, expected, [file, edit](const std::string& dir) { edit_safetensors(file(dir), edit); });
+}
+
+ojson& entry(ojson& m, int step, int index) { return m["steps"][step]["propose"][index]; }
+
+std::vector<MalformedCase> build_cases() {
+  return {
+      // ---- safetensors files ----
+      raw_case("truncated-file", "trace.safetensors: file is 5 bytes, too short for the 8-byte header length",
+               [](const std::string& dir) {
+                 std::vector<uint8_t> bytes = read_bytes(trace(dir));
+                 bytes.resize(5);
+                 write_bytes(trace(dir), bytes);
+               }),
+      raw_case("header-length-past-eof", "trace.safetensors: header length 305480 runs past the end of the file",
+               [](const std::string& dir) {
+                 std::vector<uint8_t> bytes = read_bytes(trace(dir));
+                 const uint64_t n = bytes.size() + 100;  // 305380 + 100
+                 std::memcpy(bytes.data(), &n, 8);
+                 write_bytes(trace(dir), bytes);
+               }),
+      raw_case("header-not-json", "trace.safetensors: header: not valid JSON",
+               [](const std::string& dir) {
+                 write_raw(trace(dir), R"({"s0.q0.ctx": {"dtype": )", std::vector<uint8_t>(64));
+               }),
+      raw_case("header-not-object", "trace.safetensors: header is not a JSON object",
+               [](const std::string& dir) { write_raw(trace(dir), "[1, 2, 3]", std::vector<uint8_t>(64)); }),
+      safetensors_case("bad-dtype", "tensor 's0.q0.logits': unsupported dtype 'Q4_K'", trace,
+                       [](ojson& h, std::vector<uint8_t>&) { h["s0.q0.logits"]["dtype"] = "Q4_K"; }),
+      safetensors_case("offsets-out-of-range", "out of range: the data area holds 287940 bytes", trace,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         auto& offsets = h["s5.q2.logits"]["data_offsets"];
+                         offsets[0] = offsets[0].get<uint64_t>() + data.size();
+                         offsets[1] = offsets[1].get<uint64_t>() + data.size();
+                       }),
+      safetensors_case("overlapping-offsets", "have overlapping data_offsets", trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         // s0.q0.drafts (28 bytes) moved to start 4 bytes into s0.q0.logits.
+                         const uint64_t begin = h["s0.q0.logits"]["data_offsets"][0].get<uint64_t>() + 4;
+                         h["s0.q0.drafts"]["data_offsets"] = {begin, begin + 28};
+                       }),
+      safetensors_case("span-mismatch",
+                       "tensor 's0.q0.logits': byte span 11200 of data_offsets does not match shape [7, 401]", trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["s0.q0.logits"]["shape"] = {7, 401};
+                       }),
+      raw_case("duplicate-tensor-name", "trace.safetensors: header: duplicate key 's0.q0.logits' at the top level",
+               [](const std::string& dir) {
+                 RawSafetensors raw = read_raw(trace(dir));
+                 std::string text = raw.header.dump();
+                 const std::string again = ",\"s0.q0.logits\":" + raw.header["s0.q0.logits"].dump() + "}";
+                 text.replace(text.size() - 1, 1, again);
+                 write_raw(trace(dir), text, raw.data);
+               }),
+      safetensors_case("negative-dim", "tensor 's0.q0.logits': negative dimension -7 at index 0 of 'shape'", trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["s0.q0.logits"]["shape"] = {-7, 400};
+                       }),
+
+      // ---- fixture.json ----
+      raw_case("fixture-bad-json", "fixture.json: not valid JSON",
+               [](const std::string& dir) {
+                 std::ifstream in(manifest(dir));
+                 std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                 write_text(manifest(dir), text.substr(0, text.size() / 2));
+               }),
+      raw_case("fixture-duplicate-key", "fixture.json: duplicate key 'version' at the top level",
+               [](const std::string& dir) {
+                 std::ifstream in(manifest(dir));
+                 std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                 text.replace(text.find('{'), 1, "{\"version\": 1,");
+                 write_text(manifest(dir), text);
+               }),
+      manifest_case("missing-field", "fixture.json: missing required field 'trace'",
+                    [](ojson& m) { m.erase("trace"); }),
+      manifest_case("wrong-field-type", "field 'steps[0].propose[0].start' (seq 0) must be an integer, got \"20\"",
+                    [](ojson& m) { entry(m, 0, 0)["start"] = "20"; }),
+      manifest_case("higher-version", "field 'version' is 2, higher than the supported 1; refusing",
+                    [](ojson& m) { m["version"] = 2; }),
+      manifest_case("wrong-format", "field 'format' is 'dflash-trace', expected 'dflash-fixture'",
+                    [](ojson& m) { m["format"] = "dflash-trace"; }),
+      manifest_case("missing-expect-precision", "missing required field 'provenance.expect_precision'",
+                    [](ojson& m) { m.erase("provenance"); }),
+      manifest_case("unknown-tensor-name",
+                    "field 'steps[2].propose[1].ctx' (seq 1): unknown tensor name 's2.q1.context'",
+                    [](ojson& m) { entry(m, 2, 1)["ctx"] = "s2.q1.context"; }),
+      manifest_case("unknown-tap-name",
+                    "field 'steps[0].propose[0].expect.taps.L0.query' (seq 0): unknown tap name 'L0.query'",
+                    [](ojson& m) {
+                      ojson& taps = entry(m, 0, 0)["expect"]["taps"];
+                      taps["L0.query"] = taps["L0.q"];
+                      taps.erase("L0.q");
+                    }),
+      manifest_case("wrong-tap-shape",
+                    "field 'steps[0].propose[0].expect.taps.L0.k' (seq 0): tensor 's0.q0.tap.L0.q' has shape [8, 64]; "
+                    "expected [8, 32]",
+                    [](ojson& m) { entry(m, 0, 0)["expect"]["taps"]["L0.k"] = "s0.q0.tap.L0.q"; }),
+      manifest_case("unreferenced-trace-tensor", "tensor 's5.q2.drafts' is named by no step",
+                    [](ojson& m) { entry(m, 5, 0)["expect"].erase("draft_tokens"); }),
+      manifest_case("anchor-out-of-range",
+                    "field 'steps[0].propose[0].anchor' (seq 0) = 400 is outside [0, vocab_size 400)",
+                    [](ojson& m) { entry(m, 0, 0)["anchor"] = 400; }),
+
+      // ---- trace tensors against the manifest ----
+      safetensors_case(
+          "wrong-ctx-shape",
+          "field 'steps[0].propose[0].ctx' (seq 0): tensor 's0.q0.ctx' has shape [128, 20]; expected [C, 128]", trace,
+          [](ojson& h, std::vector<uint8_t>&) {
+            h["s0.q0.ctx"]["shape"] = {128, 20};
+          }),
+      safetensors_case(
+          "wrong-logits-dtype",
+          "field 'steps[0].propose[0].expect.logits' (seq 0): tensor 's0.q0.logits' has dtype I32; expected F32", trace,
+          [](ojson& h, std::vector<uint8_t>&) { h["s0.q0.logits"]["dtype"] = "I32"; }),
+      safetensors_case("nan-in-ctx",
+                       "field 'steps[0].propose[0].ctx' (seq 0): tensor 's0.q0.ctx' holds NaN at flat index 77", trace,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         poke(h, data, "s0.q0.ctx", 77, {0xc0, 0x7f});
+                       }),
+      safetensors_case("inf-in-logits", "tensor 's4.q2.logits' holds Inf at flat index 3", trace,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         poke(h, data, "s4.q2.logits", 3, {0x00, 0x00, 0x80, 0x7f});
+                       }),
+      safetensors_case("draft-token-out-of-range",
+                       "tensor 's0.q0.drafts' holds token 400 at index 2, outside [0, vocab_size 400)", trace,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         poke(h, data, "s0.q0.drafts", 2, {0x90, 0x01, 0x00, 0x00});
+                       }),
+      raw_case(
+          "empty-ctx-new-sequence",
+          "field 'steps[0].propose[0].ctx' (seq 0): tensor 's0.q0.none' has no rows, but seq 0 has no context yet",
+          [](const std::string& dir) {
+            edit_safetensors(trace(dir), [](ojson& h, std::vector<uint8_t>& data) {
+              h["s0.q0.none"] = {{"dtype", "BF16"}, {"shape", {0, 128}}, {"data_offsets", {data.size(), data.size()}}};
+            });
+            edit_json(manifest(dir), [](ojson& m) {
+              entry(m, 0, 0)["ctx"] = "s0.q0.none";
+              entry(m, 0, 0)["start"] = 0;
+            });
+          }),
+
+      // ---- the steps' sequence rules ----
+      manifest_case(
+          "context-gap",
+          "field 'steps[1].propose[0].start' (seq 0): context gap: the 3 rows of 's1.q0.ctx' cover positions 21..23, "
+          "but the sequence's next context position is 20",
+          [](ojson& m) { entry(m, 1, 0)["start"] = 24; }),
+      manifest_case(
+          "context-overlap",
+          "field 'steps[1].propose[0].start' (seq 0): context overlap: the 3 rows of 's1.q0.ctx' start at position 19, "
+          "but positions up to 19 were already given",
+          [](ojson& m) { entry(m, 1, 0)["start"] = 22; }),
+      manifest_case("released-sequence-reused",
+                    "field 'steps[4].propose[1].seq' (seq 1): seq 1 was released at steps[3] and is used again",
+                    [](ojson& m) { entry(m, 4, 1)["seq"] = 1; }),
+      manifest_case("released-twice", "field 'steps[4].release[0]': seq 1 is released twice (already at steps[3])",
+                    [](ojson& m) {
+                      m["steps"].insert(m["steps"].begin() + 4, ojson{{"release", {1}}});
+                    }),
+      manifest_case("release-unknown-sequence",
+                    "field 'steps[3].release[0]': seq 7 is not active (it was never proposed)",
+                    [](ojson& m) { m["steps"][3]["release"] = {7}; }),
+      manifest_case("same-sequence-twice", "field 'steps[2].propose[2].seq' (seq 1): seq 1 appears twice in one step",
+                    [](ojson& m) { entry(m, 2, 2)["seq"] = 1; }),
+      manifest_case("batch-over-max", "steps[2]: a batch of 3 sequences is larger than head.max_batch 2",
+                    [](ojson& m) { m["head"]["max_batch"] = 2; }),
+      manifest_case("mixed-block-widths",
+                    "steps[2]: entries ask for block widths that clamp to different B (3 for seq 0, 5 for seq 1)",
+                    [](ojson& m) { entry(m, 2, 1)["block_width"] = 5; }),
+      manifest_case("propose-and-release", "steps[3]: a step has exactly one of 'propose' and 'release'",
+                    [](ojson& m) { m["steps"][3]["propose"] = ojson::array(); }),
+
+      // ---- the drafter config ----
+      config_case("sliding-window", "key 'use_sliding_window' is true with sliding_window 4096",
+                  [](ojson& c) {
+                    c["use_sliding_window"] = true;
+                    c["sliding_window"] = 4096;
+                  }),
+      config_case("dflash2-key", "config key 'dflash_config.conv_kernel_size' belongs to DFlash2",
+                  [](ojson& c) { c["dflash_config"]["conv_kernel_size"] = 4; }),
+      config_case("non-silu", "key 'hidden_act' is 'gelu_pytorch_tanh'; only silu is supported",
+                  [](ojson& c) { c["hidden_act"] = "gelu_pytorch_tanh"; }),
+      config_case("unknown-config-key", "unknown config key 'partial_rotary_factor' may change the math; refusing",
+                  [](ojson& c) { c["partial_rotary_factor"] = 0.5; }),
+      config_case("missing-mask-token", "key 'dflash_config.mask_token_id' is missing",
+                  [](ojson& c) { c["dflash_config"].erase("mask_token_id"); }),
+
+      // ---- the drafter checkpoint and the target ----
+      safetensors_case("missing-drafter-tensor",
+                       "missing tensor 'layers.1.mlp.up_proj.weight' (expected shape [128, 64])", drafter_model,
+                       [](ojson& h, std::vector<uint8_t>&) { h.erase("layers.1.mlp.up_proj.weight"); }),
+      safetensors_case("unused-drafter-tensor", "unused tensor 'layers.0.self_attn.q_proj.bias'", drafter_model,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         h["layers.0.self_attn.q_proj.bias"] = {
+                             {"dtype", "BF16"}, {"shape", {64}}, {"data_offsets", {data.size(), data.size() + 128}}};
+                         data.resize(data.size() + 128);
+                       }),
+      safetensors_case("wrongly-shaped-tensor", "tensor 'fc.weight': wrong shape, expected [64, 128], got [128, 64]",
+                       drafter_model,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["fc.weight"]["shape"] = {128, 64};
+                       }),
+      safetensors_case("drafter-tensor-both-prefixes",
+                       "tensor 'norm.weight' is present both as 'model.norm.weight' and as 'norm.weight'",
+                       drafter_model,
+                       [](ojson& h, std::vector<uint8_t>& data) {
+                         h["model.norm.weight"] = {
+                             {"dtype", "BF16"}, {"shape", {64}}, {"data_offsets", {data.size(), data.size() + 128}}};
+                         data.resize(data.size() + 128);
+                       }),
+      safetensors_case("drafter-wrong-dtype",
+                       "tensor 'norm.weight' has dtype I32; drafter weights must be BF16, F16 or F32", drafter_model,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["norm.weight"]["dtype"] = "I32";
+                         h["norm.weight"]["shape"] = {32};
+                       }),
+      safetensors_case(
+          "target-lm-head-missing", "lm_head 'lm_head.weight' not found",
+          [](const std::string& dir) { return dir + "/target.safetensors"; },
+          [](ojson& h, std::vector<uint8_t>&) { h.erase("lm_head.weight"); }),
+  };
+}
+
+}  // namespace
+
+std::string malformed_base_fixture() {
+  return std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/batch-widths-release";
+}
+
+const std::vector<MalformedCase>& malformed_cases() {
+  static const std::vector<MalformedCase> cases = build_cases();
+  return cases;
+}
+
+void load_fixture_and_weights(const std::string& path) {
+  Fixture fixture = read_fixture(path);
+  fixture.load_weights();
+}
+
+}  // namespace dflash::testing
