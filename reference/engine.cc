@@ -1,0 +1,245 @@
+#include "reference/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/rope.h"
+#include "reference/aligned_matrix.h"
+#include "reference/attention.h"
+#include "reference/head_ops.h"
+#include "reference/kv_store.h"
+#include "reference/ops/ops.h"
+#include "reference/prepared_weights.h"
+#include "reference/stage_policy.h"
+#include "reference/tap_recorder.h"
+#include "reference/thread_pool.h"
+
+namespace dflash {
+namespace {
+
+template <typename T>
+class Engine final : public DrafterEngine {
+ public:
+  Engine(const DrafterConfig& config, const DrafterWeights& weights, const StagePolicy& policy, int64_t num_slots,
+         int threads)
+      : config_(config),
+        policy_(policy),
+        pool_(threads),
+        weights_(weights, policy, pool_),
+        rope_(make_rope_table(config.rope, config.head_dim)),
+        kv_(config.num_layers, num_slots, config.kv_dim()),
+        eps_(static_cast<T>(config.rms_norm_eps)),
+        geometry_{config.num_heads, config.num_kv_heads, config.head_dim} {}
+
+  std::string compute_type() const override { return policy_.use_double ? "double" : "float"; }
+  int threads() const override { return pool_.threads(); }
+
+  std::vector<ProposeOutput> propose(const std::vector<SequenceStep>& steps, int block_width, bool want_taps) override {
+    std::vector<ProposeOutput> outputs(steps.size());
+    for (size_t b = 0; b < steps.size(); ++b) {
+      outputs[b].seq = steps[b].seq;
+      outputs[b].block_width = block_width;
+    }
+    ingest_context(steps, want_taps, &outputs);
+    forward_block(steps, block_width, want_taps, &outputs);
+    return outputs;
+  }
+
+ private:
+  // Rows [begin, end) of m: RMSNorm with `weight`, in place.
+  void norm_rows(AlignedMatrix<T>* m, int64_t begin, int64_t end, const std::vector<T>& weight) {
+    for (int64_t r = begin; r < end; ++r) ops::rms_norm(m->row(r), weight.data(), static_cast<size_t>(m->cols()), eps_, m->row(r));
+  }
+
+  // drafter.md §3 step 1 and the context half of step 3: the rows entering each window, projected,
+  // normalized, and their K/V (k_norm + RoPE at their positions) written to the pools once.
+  void ingest_context(const std::vector<SequenceStep>& steps, bool want_taps, std::vector<ProposeOutput>* outputs) {
+    int64_t total = 0;
+    std::vector<int64_t> offset(steps.size());
+    for (size_t b = 0; b < steps.size(); ++b) {
+      offset[b] = total;
+      total += static_cast<int64_t>(steps[b].new_slots.size());
+    }
+    const int64_t features = config_.ctx_feature_dim();
+    AlignedMatrix<T> f(total, features);
+    std::vector<int64_t> positions(static_cast<size_t>(total));
+    for (size_t b = 0; b < steps.size(); ++b) {
+      const SequenceStep& s = steps[b];
+      for (size_t i = 0; i < s.new_slots.size(); ++i) {
+        const int64_t r = offset[b] + static_cast<int64_t>(i);
+        const float* src = s.ctx->row(s.first_row + static_cast<int64_t>(i));
+        T* dst = f.row(r);
+        for (int64_t c = 0; c < features; ++c) dst[c] = static_cast<T>(src[c]);
+        positions[static_cast<size_t>(r)] = s.first_position + static_cast<int64_t>(i);
+      }
+    }
+    AlignedMatrix<T> xc(total, config_.hidden_size);
+    weights_.fc.apply(f, total, &xc, pool_);
+    norm_rows(&xc, 0, total, weights_.hidden_norm);
+    round_stage_to_bf16(policy_, &xc, 0, total);
+    if (want_taps) {
+      for (size_t b = 0; b < steps.size(); ++b) {
+        append_tap(&(*outputs)[b], "ctx_proj", xc, offset[b], static_cast<int64_t>(steps[b].new_slots.size()));
+      }
+    }
+    if (total == 0) return;
+
+    const RopeRows<T> rope = make_rope_rows<T>(rope_, positions);
+    AlignedMatrix<T> k(total, config_.kv_dim()), v(total, config_.kv_dim());
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const PreparedLayer<T>& L = weights_.layers[static_cast<size_t>(l)];
+      L.k_proj.apply(xc, total, &k, pool_);
+      norm_and_rotate_heads(&k, total, config_.num_kv_heads, config_.head_dim, L.k_norm, eps_, rope, 0);
+      round_stage_to_bf16(policy_, &k, 0, total);
+      L.v_proj.apply(xc, total, &v, pool_);
+      round_stage_to_bf16(policy_, &v, 0, total);
+      AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(l)];
+      AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(l)];
+      for (size_t b = 0; b < steps.size(); ++b) {
+        for (size_t i = 0; i < steps[b].new_slots.size(); ++i) {
+          const int64_t r = offset[b] + static_cast<int64_t>(i);
+          const int64_t slot = steps[b].new_slots[i];
+          std::copy(k.row(r), k.row(r) + k.cols(), k_pool.row(slot));
+          std::copy(v.row(r), v.row(r) + v.cols(), v_pool.row(slot));
+        }
+      }
+    }
+  }
+
+  void tap_block(bool want_taps, std::vector<ProposeOutput>* outputs, const std::string& name, const AlignedMatrix<T>& m,
+                 int64_t block_width) {
+    if (!want_taps) return;
+    for (size_t b = 0; b < outputs->size(); ++b) {
+      append_tap(&(*outputs)[b], name, m, static_cast<int64_t>(b) * block_width, block_width);
+    }
+  }
+
+  // drafter.md §3 steps 2-4 for every sequence's block rows (sequence b owns rows
+  // [b·B, (b+1)·B) of every matrix here).
+  void forward_block(const std::vector<SequenceStep>& steps, int block_width, bool want_taps,
+                     std::vector<ProposeOutput>* outputs) {
+    const int64_t B = block_width;
+    const int64_t rows = static_cast<int64_t>(steps.size()) * B;
+    const int64_t H = config_.hidden_size;
+    std::vector<int64_t> positions(static_cast<size_t>(rows));
+    AlignedMatrix<T> h(rows, H);
+    for (size_t b = 0; b < steps.size(); ++b) {
+      for (int64_t i = 0; i < B; ++i) {
+        const int64_t r = static_cast<int64_t>(b) * B + i;
+        const int token = i == 0 ? steps[b].anchor : config_.mask_token_id;
+        const float* src = weights_.embed_tokens->row(token);
+        T* dst = h.row(r);
+        for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<T>(src[c]);
+        positions[static_cast<size_t>(r)] = steps[b].start + i;
+      }
+    }
+    tap_block(want_taps, outputs, "embed", h, B);
+    const RopeRows<T> rope = make_rope_rows<T>(rope_, positions);
+
+    AlignedMatrix<T> x(rows, H), q(rows, config_.q_dim()), k(rows, config_.kv_dim()), v(rows, config_.kv_dim());
+    AlignedMatrix<T> attn(rows, config_.q_dim()), o(rows, H);
+    AlignedMatrix<T> gate(rows, config_.intermediate_size), up(rows, config_.intermediate_size), mlp(rows, H);
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const PreparedLayer<T>& L = weights_.layers[static_cast<size_t>(l)];
+      const std::string p = "L" + std::to_string(l) + ".";
+      // x = input_layernorm(h)
+      x = h;
+      norm_rows(&x, 0, rows, L.input_norm);
+      round_stage_to_bf16(policy_, &x, 0, rows);
+      tap_block(want_taps, outputs, p + "attn_norm", x, B);
+      // q, k, v of the block rows
+      L.q_proj.apply(x, rows, &q, pool_);
+      norm_and_rotate_heads(&q, rows, config_.num_heads, config_.head_dim, L.q_norm, eps_, rope, 0);
+      round_stage_to_bf16(policy_, &q, 0, rows);
+      tap_block(want_taps, outputs, p + "q", q, B);
+      L.k_proj.apply(x, rows, &k, pool_);
+      norm_and_rotate_heads(&k, rows, config_.num_kv_heads, config_.head_dim, L.k_norm, eps_, rope, 0);
+      round_stage_to_bf16(policy_, &k, 0, rows);
+      tap_block(want_taps, outputs, p + "k", k, B);
+      L.v_proj.apply(x, rows, &v, pool_);
+      round_stage_to_bf16(policy_, &v, 0, rows);
+      tap_block(want_taps, outputs, p + "v", v, B);
+      // attention: one task per (sequence, kv head), each writing its own rows and columns
+      const AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(l)];
+      const AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(l)];
+      const size_t kv_heads = static_cast<size_t>(config_.num_kv_heads);
+      pool_.run(steps.size() * kv_heads, [&](size_t task) {
+        const size_t b = task / kv_heads;
+        attend_kv_group(geometry_, static_cast<int>(task % kv_heads), static_cast<int64_t>(b) * B, B, q, k, v, k_pool,
+                        v_pool, steps[b].window_slots, &attn);
+      });
+      round_stage_to_bf16(policy_, &attn, 0, rows);
+      tap_block(want_taps, outputs, p + "attn", attn, B);
+      // h = h + o_proj(attn)
+      L.o_proj.apply(attn, rows, &o, pool_);
+      tap_block(want_taps, outputs, p + "o_proj", o, B);
+      for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), o.row(r), static_cast<size_t>(H));
+      // h = h + down(silu(gate(y)) * up(y)), y = post_attention_layernorm(h)
+      x = h;
+      norm_rows(&x, 0, rows, L.post_attention_norm);
+      round_stage_to_bf16(policy_, &x, 0, rows);
+      tap_block(want_taps, outputs, p + "mlp_norm", x, B);
+      L.gate_proj.apply(x, rows, &gate, pool_);
+      L.up_proj.apply(x, rows, &up, pool_);
+      for (int64_t r = 0; r < rows; ++r) {
+        ops::silu_mul(gate.row(r), up.row(r), static_cast<size_t>(config_.intermediate_size), gate.row(r));
+      }
+      round_stage_to_bf16(policy_, &gate, 0, rows);
+      L.down_proj.apply(gate, rows, &mlp, pool_);
+      tap_block(want_taps, outputs, p + "mlp", mlp, B);
+      for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), mlp.row(r), static_cast<size_t>(H));
+      tap_block(want_taps, outputs, p + "out", h, B);
+    }
+
+    // hf = norm(h); logits of rows 1..B-1 of each sequence; drafts = argmax, lowest index on ties.
+    norm_rows(&h, 0, rows, weights_.final_norm);
+    round_stage_to_bf16(policy_, &h, 0, rows);
+    tap_block(want_taps, outputs, "final_norm", h, B);
+    const int64_t drafts = B - 1;
+    AlignedMatrix<T> hf(static_cast<int64_t>(steps.size()) * drafts, H);
+    for (size_t b = 0; b < steps.size(); ++b) {
+      for (int64_t i = 0; i < drafts; ++i) {
+        const T* src = h.row(static_cast<int64_t>(b) * B + 1 + i);
+        std::copy(src, src + H, hf.row(static_cast<int64_t>(b) * drafts + i));
+      }
+    }
+    const int64_t V = config_.vocab_size;
+    AlignedMatrix<T> logits(hf.rows(), V);
+    weights_.lm_head.apply(hf, hf.rows(), &logits, pool_);
+    for (size_t b = 0; b < steps.size(); ++b) {
+      ProposeOutput& out = (*outputs)[b];
+      out.logits = Tensor::zeros({drafts, V});
+      out.draft_tokens.resize(static_cast<size_t>(drafts));
+      for (int64_t i = 0; i < drafts; ++i) {
+        const T* row = logits.row(static_cast<int64_t>(b) * drafts + i);
+        float* dst = out.logits.row(i);
+        for (int64_t c = 0; c < V; ++c) dst[c] = static_cast<float>(row[c]);
+        // On the compute type's own values: in fp64 mode two logits that round to one float stay apart.
+        out.draft_tokens[static_cast<size_t>(i)] = static_cast<int32_t>(ops::argmax(row, static_cast<size_t>(V)));
+      }
+      if (want_taps) out.taps.push_back(Tap{"logits", out.logits});
+    }
+  }
+
+  const DrafterConfig config_;
+  const StagePolicy policy_;
+  ThreadPool pool_;  // before weights_: their preparation runs on it
+  const PreparedWeights<T> weights_;
+  const RopeTable rope_;
+  KvStore<T> kv_;
+  const T eps_;
+  const AttentionGeometry geometry_;
+};
+
+}  // namespace
+
+std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
+                                                   Precision precision, int64_t num_slots, int threads) {
+  const StagePolicy policy = StagePolicy::for_precision(precision);
+  if (policy.use_double) return std::make_unique<Engine<double>>(config, weights, policy, num_slots, threads);
+  return std::make_unique<Engine<float>>(config, weights, policy, num_slots, threads);
+}
+
+}  // namespace dflash

@@ -1,0 +1,106 @@
+#include "reference/linear.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "core/error.h"
+#include "core/fp8.h"
+
+namespace dflash {
+namespace {
+
+// A chunk of W small enough to stay in a core's L2 while every activation row of a block passes
+// over it; a multiple of 8 rows (Eigen's widest row group) between 8 and 256 rows.
+constexpr int64_t kChunkBytes = 512 * 1024;
+// Activation rows per pass, so that a block of x stays in the shared cache.
+constexpr int64_t kActivationBlockBytes = 4 * 1024 * 1024;
+
+int64_t chunk_rows_for(int64_t in_features, size_t element_size) {
+  const int64_t fit = kChunkBytes / std::max<int64_t>(1, in_features * static_cast<int64_t>(element_size));
+  return std::clamp<int64_t>(fit / 8 * 8, 8, 256);
+}
+
+}  // namespace
+
+template <typename T>
+Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
+                  ThreadPool& pool)
+    : name_(name) {
+  if (weight.shape.size() != 2) throw bad_input(name + ": weight must be 2-D, got " + shape_string(weight.shape));
+  out_ = weight.shape[0];
+  in_ = weight.shape[1];
+  if (!bias.values.empty() && bias.numel() != out_) {
+    throw bad_input(name + ": bias has " + std::to_string(bias.numel()) + " values for " + std::to_string(out_) + " rows");
+  }
+  chunk_rows_ = chunk_rows_for(in_, sizeof(T));
+  bias_.assign(bias.values.begin(), bias.values.end());
+  if (!quantize_fp8 && std::is_same<T, float>::value) {
+    weight_ = reinterpret_cast<const T*>(weight.values.data());
+    return;
+  }
+  if (quantize_fp8 && !std::is_same<T, float>::value) throw internal_error(name + ": fp8 weights are emulated in fp32 only");
+  owned_.resize(static_cast<size_t>(out_ * in_));
+  if (quantize_fp8) scale_.resize(static_cast<size_t>(out_));
+  constexpr int64_t kRowsPerTask = 1024;
+  const int64_t tasks = (out_ + kRowsPerTask - 1) / kRowsPerTask;
+  pool.run(static_cast<size_t>(tasks), [&](size_t task) {
+    const int64_t begin = static_cast<int64_t>(task) * kRowsPerTask;
+    const int64_t rows = std::min(kRowsPerTask, out_ - begin);
+    const size_t first = static_cast<size_t>(begin * in_), count = static_cast<size_t>(rows * in_);
+    if (!quantize_fp8) {  // float -> double is exact
+      std::copy(weight.values.begin() + first, weight.values.begin() + first + count, owned_.begin() + first);
+      return;
+    }
+    // core/fp8.h quantizes row by row, so a block of rows gives the same codes as the whole tensor.
+    Tensor block({rows, in_}, std::vector<float>(weight.values.begin() + first, weight.values.begin() + first + count));
+    const QuantizedRows q = quantize_rows_e4m3(block);
+    for (size_t i = 0; i < count; ++i) owned_[first + i] = static_cast<T>(e4m3_to_float(q.codes[i]));
+    std::copy(q.scales.begin(), q.scales.end(), scale_.begin() + begin);
+  });
+  weight_ = owned_.data();
+}
+
+template <typename T>
+void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
+                            AlignedMatrix<T>* y) const {
+  using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  const int64_t n0 = chunk * chunk_rows_;
+  const int64_t n = std::min(chunk_rows_, out_ - n0);
+  const Eigen::Map<const RowMajor> w(weight_ + n0 * in_, n, in_);
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    const Eigen::Map<const Vector> xm(x.row(m), in_);
+    T* out = y->row(m) + n0;
+    Eigen::Map<Vector> ym(out, n);
+    ym.noalias() = w * xm;
+    if (!scale_.empty()) {
+      for (int64_t j = 0; j < n; ++j) out[j] = scale_[n0 + j] * out[j];
+    }
+    if (!bias_.empty()) {
+      for (int64_t j = 0; j < n; ++j) out[j] = out[j] + bias_[n0 + j];
+    }
+  }
+}
+
+template <typename T>
+void Linear<T>::apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const {
+  if (x.cols() != in_ || x.rows() < rows || y->cols() != out_ || y->rows() < rows) {
+    throw internal_error(name_ + ": GEMV shapes x [" + std::to_string(x.rows()) + ", " + std::to_string(x.cols()) +
+                         "] y [" + std::to_string(y->rows()) + ", " + std::to_string(y->cols()) + "] for W [" +
+                         std::to_string(out_) + ", " + std::to_string(in_) + "] and " + std::to_string(rows) + " rows");
+  }
+  if (rows == 0) return;
+  const int64_t chunks = (out_ + chunk_rows_ - 1) / chunk_rows_;
+  const int64_t block = std::max<int64_t>(1, kActivationBlockBytes / std::max<int64_t>(1, in_ * static_cast<int64_t>(sizeof(T))));
+  for (int64_t begin = 0; begin < rows; begin += block) {
+    const int64_t end = std::min(rows, begin + block);
+    pool.run(static_cast<size_t>(chunks), [&](size_t chunk) { apply_chunk(x, begin, end, static_cast<int64_t>(chunk), y); });
+  }
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace dflash

@@ -1,0 +1,52 @@
+// y = x·Wᵀ (+ b) for the reference drafter, on Eigen GEMVs laid out for batch invariance
+// (drafter.md §5): every output element y[m, n] is one Eigen row-major GEMV of a FIXED chunk of W's
+// rows (chunk boundaries depend only on W's shape) with the single activation row x[m]. Its
+// reduction order therefore does not depend on how many rows x has, which other sequences share
+// the product, or which thread ran the chunk.
+//
+// fp8 (drafter.md §6, T = float only): W is quantized per output row with core/fp8.h; the GEMV uses
+// the decoded E4M3 codes (exact in float) and y[m, n] = scale[n] · dot (+ b[n]).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "reference/aligned_matrix.h"
+#include "reference/thread_pool.h"
+
+namespace dflash {
+
+template <typename T>
+class Linear {
+ public:
+  Linear() = default;
+  // weight [N, K] (bf16 values), bias [N] or empty. With a float T and no quantization the weight
+  // is used in place, so `weight` must outlive this object; otherwise it is converted and owned.
+  // Conversion and quantization run over `pool` in blocks of rows (each row is quantized on its
+  // own, so the bytes do not depend on the thread count).
+  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool);
+
+  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }
+  int64_t chunk_rows() const { return chunk_rows_; }
+  bool quantized() const { return !scale_.empty(); }
+  const std::string& name() const { return name_; }
+
+  // y.row(m)[0, N) = x.row(m)[0, K) · Wᵀ (+ b) for m < rows. y must have >= rows rows and N cols.
+  void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
+
+ private:
+  void apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
+                   AlignedMatrix<T>* y) const;
+
+  std::string name_;
+  int64_t out_ = 0, in_ = 0;
+  int64_t chunk_rows_ = 0;
+  const T* weight_ = nullptr;  // [N, K] row-major: into the source tensor or into owned_
+  std::vector<T> owned_;
+  std::vector<T> scale_;       // fp8: one per output row
+  std::vector<T> bias_;        // empty without bias
+};
+
+}  // namespace dflash

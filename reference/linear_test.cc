@@ -1,0 +1,156 @@
+// Linear<T>: values against a float64 dot product with a derived bound, and bit-identical rows
+// whatever the number of rows, their place in the product, or the thread count (drafter.md §5).
+#include "reference/linear.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/fp8.h"
+
+namespace dflash {
+namespace {
+
+Tensor random_bf16(std::vector<int64_t> shape, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  Tensor t = Tensor::zeros(std::move(shape));
+  for (float& v : t.values) v = round_to_bf16(dist(rng));
+  return t;
+}
+
+template <typename T>
+AlignedMatrix<T> random_rows(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-2, 2);
+  AlignedMatrix<T> m(rows, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) m.row(r)[c] = static_cast<T>(dist(rng));
+  }
+  return m;
+}
+
+// 300 outputs: two chunks of different heights (the chunk height is a multiple of 8, at most 256),
+// K = 100 not a multiple of any SIMD width.
+constexpr int64_t kOut = 300, kIn = 100;
+
+// |computed - exact| <= γ_K · Σ_k |w_k x_k| (+ the bias add and, for fp8, the scale product: 2 more
+// roundings of the result), with γ_K = K·u / (1 - K·u), u the unit roundoff of T.
+template <typename T>
+void check_against_float64(bool fp8) {
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 1);
+  const Tensor b = random_bf16({kOut}, 0.5f, 2);
+  ThreadPool pool(1);
+  const Linear<T> linear(w, b, fp8, "test", pool);
+  const AlignedMatrix<T> x = random_rows<T>(5, kIn, 3);
+  AlignedMatrix<T> y(5, kOut);
+  linear.apply(x, 5, &y, pool);
+
+  // The weights the product should use: W itself, or scale[n] · decode(q[n, k]).
+  QuantizedRows q;
+  if (fp8) q = quantize_rows_e4m3(w);
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const double gamma = kIn * u / (1 - kIn * u);
+  for (int64_t m = 0; m < 5; ++m) {
+    for (int64_t n = 0; n < kOut; ++n) {
+      double dot = 0, magnitude = 0;
+      for (int64_t k = 0; k < kIn; ++k) {
+        const double wk = fp8 ? e4m3_to_float(q.codes[n * kIn + k]) : w.row(n)[k];
+        dot += wk * static_cast<double>(x.row(m)[k]);
+        magnitude += std::fabs(wk * static_cast<double>(x.row(m)[k]));
+      }
+      const double scale = fp8 ? q.scales[n] : 1.0;
+      const double exact = scale * dot + b.values[n];
+      const double bound = (gamma * magnitude * scale) + 2 * u * (std::fabs(scale * dot) + std::fabs(exact));
+      ASSERT_LE(std::fabs(static_cast<double>(y.row(m)[n]) - exact), bound) << "m=" << m << " n=" << n;
+    }
+  }
+}
+
+TEST(Linear, FloatMatchesFloat64Dot) { check_against_float64<float>(false); }
+TEST(Linear, DoubleMatchesFloat64Dot) { check_against_float64<double>(false); }
+TEST(Linear, Fp8UsesScaledDecodedCodes) { check_against_float64<float>(true); }
+
+TEST(Linear, Fp8DiffersFromBf16Weights) {
+  // The quantized product must not silently be the bf16 one.
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 4);
+  ThreadPool pool(1);
+  const Linear<float> plain(w, Tensor(), false, "plain", pool), quantized(w, Tensor(), true, "fp8", pool);
+  EXPECT_TRUE(quantized.quantized());
+  EXPECT_FALSE(plain.quantized());
+  const AlignedMatrix<float> x = random_rows<float>(1, kIn, 5);
+  AlignedMatrix<float> a(1, kOut), b(1, kOut);
+  plain.apply(x, 1, &a, pool);
+  quantized.apply(x, 1, &b, pool);
+  int differing = 0;
+  for (int64_t n = 0; n < kOut; ++n) differing += a.row(0)[n] != b.row(0)[n];
+  EXPECT_GT(differing, kOut / 2);
+}
+
+template <typename T>
+void check_row_invariance(bool fp8) {
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 6);
+  const Tensor bias = random_bf16({kOut}, 0.5f, 7);
+  ThreadPool one(1), four(4);
+  const Linear<T> linear(w, bias, fp8, "test", one);
+  ASSERT_LT(linear.chunk_rows(), kOut);  // at least two chunks, so chunking is exercised
+  const AlignedMatrix<T> many = random_rows<T>(37, kIn, 8);
+  AlignedMatrix<T> y_many(37, kOut), y_many_threads(37, kOut);
+  linear.apply(many, 37, &y_many, one);
+  linear.apply(many, 37, &y_many_threads, four);
+  for (int64_t m : {0, 1, 17, 36}) {
+    // The same row alone, and at another index of a smaller product.
+    AlignedMatrix<T> alone(1, kIn), shifted(3, kIn);
+    std::memcpy(alone.row(0), many.row(m), kIn * sizeof(T));
+    std::memcpy(shifted.row(2), many.row(m), kIn * sizeof(T));
+    AlignedMatrix<T> y_alone(1, kOut), y_shifted(3, kOut);
+    linear.apply(alone, 1, &y_alone, four);
+    linear.apply(shifted, 3, &y_shifted, one);
+    ASSERT_EQ(std::memcmp(y_alone.row(0), y_many.row(m), kOut * sizeof(T)), 0) << "row " << m << " alone";
+    ASSERT_EQ(std::memcmp(y_shifted.row(2), y_many.row(m), kOut * sizeof(T)), 0) << "row " << m << " shifted";
+    ASSERT_EQ(std::memcmp(y_many_threads.row(m), y_many.row(m), kOut * sizeof(T)), 0) << "row " << m << " threads";
+  }
+}
+
+TEST(Linear, RowsAreBitIdenticalAcrossBatchShapesAndThreads) {
+  check_row_invariance<float>(false);
+  check_row_invariance<double>(false);
+  check_row_invariance<float>(true);
+}
+
+TEST(Linear, PreparationDoesNotDependOnThreads) {
+  // 2500 rows: three preparation blocks of at most 1024 rows.
+  const Tensor w = random_bf16({2500, 16}, 0.3f, 10);
+  ThreadPool one(1), four(4);
+  const AlignedMatrix<float> x = random_rows<float>(1, 16, 11);
+  for (bool fp8 : {false, true}) {
+    const Linear<float> a(w, Tensor(), fp8, "a", one), b(w, Tensor(), fp8, "b", four);
+    AlignedMatrix<float> ya(1, 2500), yb(1, 2500);
+    a.apply(x, 1, &ya, one);
+    b.apply(x, 1, &yb, one);
+    EXPECT_EQ(std::memcmp(ya.row(0), yb.row(0), 2500 * sizeof(float)), 0) << "fp8 " << fp8;
+  }
+  const Linear<double> c(w, Tensor(), false, "c", one), d(w, Tensor(), false, "d", four);
+  const AlignedMatrix<double> xd = random_rows<double>(1, 16, 11);
+  AlignedMatrix<double> yc(1, 2500), yd(1, 2500);
+  c.apply(xd, 1, &yc, one);
+  d.apply(xd, 1, &yd, one);
+  EXPECT_EQ(std::memcmp(yc.row(0), yd.row(0), 2500 * sizeof(double)), 0);
+}
+
+TEST(Linear, ShapeMismatchIsAnError) {
+  ThreadPool pool(1);
+  const Linear<float> linear(random_bf16({8, 4}, 1, 9), Tensor(), false, "small", pool);
+  AlignedMatrix<float> x(2, 5), y(2, 8);
+  EXPECT_THROW(linear.apply(x, 2, &y, pool), HarnessError);
+  EXPECT_THROW(Linear<float>(random_bf16({8, 4}, 1, 9), random_bf16({7}, 1, 9), false, "bias", pool), HarnessError);
+  EXPECT_THROW(Linear<double>(random_bf16({8, 4}, 1, 9), Tensor(), true, "fp8 in double", pool), HarnessError);
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,79 @@
+#include "reference/prepared_weights.h"
+
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+template <typename T>
+std::vector<T> to_vector(const Tensor& t) { return std::vector<T>(t.values.begin(), t.values.end()); }
+
+void check_finite(const Tensor& t, const std::string& name) {
+  const int64_t bad = first_non_finite(t.values.data(), static_cast<int64_t>(t.values.size()));
+  if (bad >= 0) {
+    throw bad_input("drafter weights: tensor '" + name + "' " + shape_string(t.shape) + " holds a non-finite value (" +
+                    std::to_string(t.values[static_cast<size_t>(bad)]) + ") at flat index " + std::to_string(bad));
+  }
+}
+
+}  // namespace
+
+void check_weights_finite(const DrafterWeights& w) {
+  check_finite(w.fc, "fc.weight");
+  check_finite(w.hidden_norm, "hidden_norm.weight");
+  check_finite(w.norm, "norm.weight");
+  check_finite(w.embed_tokens, "embed_tokens");
+  check_finite(w.lm_head, "lm_head");
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    check_finite(L.input_layernorm, p + "input_layernorm.weight");
+    check_finite(L.post_attention_layernorm, p + "post_attention_layernorm.weight");
+    check_finite(L.q_proj, p + "self_attn.q_proj.weight");
+    check_finite(L.k_proj, p + "self_attn.k_proj.weight");
+    check_finite(L.v_proj, p + "self_attn.v_proj.weight");
+    check_finite(L.o_proj, p + "self_attn.o_proj.weight");
+    check_finite(L.q_bias, p + "self_attn.q_proj.bias");
+    check_finite(L.k_bias, p + "self_attn.k_proj.bias");
+    check_finite(L.v_bias, p + "self_attn.v_proj.bias");
+    check_finite(L.o_bias, p + "self_attn.o_proj.bias");
+    check_finite(L.q_norm, p + "self_attn.q_norm.weight");
+    check_finite(L.k_norm, p + "self_attn.k_norm.weight");
+    check_finite(L.gate_proj, p + "mlp.gate_proj.weight");
+    check_finite(L.up_proj, p + "mlp.up_proj.weight");
+    check_finite(L.down_proj, p + "mlp.down_proj.weight");
+  }
+}
+
+template <typename T>
+PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool)
+    : fc(w.fc, Tensor(), /*quantize_fp8=*/false, "fc", pool),
+      hidden_norm(to_vector<T>(w.hidden_norm)),
+      final_norm(to_vector<T>(w.norm)),
+      lm_head(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool),
+      embed_tokens(&w.embed_tokens) {
+  const bool q8 = policy.fp8_weights;
+  layers.reserve(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    PreparedLayer<T> out;
+    out.input_norm = to_vector<T>(L.input_layernorm);
+    out.post_attention_norm = to_vector<T>(L.post_attention_layernorm);
+    out.q_norm = to_vector<T>(L.q_norm);
+    out.k_norm = to_vector<T>(L.k_norm);
+    out.q_proj = Linear<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool);
+    out.k_proj = Linear<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool);
+    out.v_proj = Linear<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool);
+    out.o_proj = Linear<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool);
+    out.gate_proj = Linear<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool);
+    out.up_proj = Linear<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool);
+    out.down_proj = Linear<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool);
+    layers.push_back(std::move(out));
+  }
+}
+
+template struct PreparedWeights<float>;
+template struct PreparedWeights<double>;
+
+}  // namespace dflash

@@ -1,0 +1,37 @@
+// The drafter's weights in the form one compute type uses: projections as Linear<T> (fp8-quantized
+// where the policy says), norm weights as T vectors. Built once per drafter.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/weights.h"
+#include "reference/linear.h"
+#include "reference/stage_policy.h"
+#include "reference/thread_pool.h"
+
+namespace dflash {
+
+template <typename T>
+struct PreparedLayer {
+  std::vector<T> input_norm, post_attention_norm, q_norm, k_norm;
+  Linear<T> q_proj, k_proj, v_proj, o_proj;
+  Linear<T> gate_proj, up_proj, down_proj;
+};
+
+template <typename T>
+struct PreparedWeights {
+  Linear<T> fc;  // never quantized (drafter.md §6)
+  std::vector<T> hidden_norm, final_norm;
+  std::vector<PreparedLayer<T>> layers;
+  Linear<T> lm_head;
+  const Tensor* embed_tokens = nullptr;  // [V, H], rows converted when looked up
+
+  // Conversions and quantization run over `pool`.
+  PreparedWeights(const DrafterWeights& weights, const StagePolicy& policy, ThreadPool& pool);
+};
+
+// Every weight tensor finite, else a bad_input naming the tensor and the first bad index.
+void check_weights_finite(const DrafterWeights& weights);
+
+}  // namespace dflash

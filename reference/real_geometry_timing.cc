@@ -1,0 +1,123 @@
+// Times the reference drafter at a published drafter's geometry (drafter.md §8) with random
+// weights: one sequence, a long prompt, then a steady-state propose with one new context row.
+//   reference_real_geometry_timing --model qwen3-8b --precision fp32 --threads 16 --ctx 1024
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "reference/random_weights.h"
+#include "reference/reference_options.h"
+
+namespace dflash {
+namespace {
+
+DrafterConfig geometry(const std::string& model) {
+  DrafterConfig c;
+  c.rope.type = RopeConfig::Type::kDefault;
+  if (model == "qwen3-8b" || model == "qwen3-4b") {
+    c.hidden_size = model == "qwen3-8b" ? 4096 : 2560;
+    c.intermediate_size = model == "qwen3-8b" ? 12288 : 9728;
+    c.num_layers = 5;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 151936;
+    c.block_size = 16;
+    c.target_layer_ids = {1, 9, 17, 25, 33};
+    c.rope.theta = 1e6;
+    c.rms_norm_eps = 1e-6;
+  } else if (model == "gpt-oss-20b") {
+    c.hidden_size = 2880;
+    c.intermediate_size = 7680;
+    c.num_layers = 8;
+    c.num_heads = 64;
+    c.num_kv_heads = 8;
+    c.head_dim = 64;
+    c.vocab_size = 201088;
+    c.block_size = 8;
+    c.target_layer_ids = {1, 6, 11, 16, 21};
+    c.rope.theta = 150000;
+    c.rope.type = RopeConfig::Type::kYarn;
+    c.rope.factor = 32;
+    c.rope.original_max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-5;
+    c.attention_bias = true;
+  } else {
+    throw bad_input("--model: unknown geometry '" + model + "' (qwen3-8b, qwen3-4b, gpt-oss-20b)");
+  }
+  c.mask_token_id = c.vocab_size - 1;
+  c.target_hidden_size = c.hidden_size;
+  return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+Tensor random_ctx(int64_t rows, int64_t cols, int64_t first) {
+  Tensor t = Tensor::zeros({rows, cols});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      t.row(r)[c] = round_to_bf16(static_cast<float>(std::sin(0.37 * static_cast<double>(first + r) + 0.011 * c)));
+    }
+  }
+  return t;
+}
+
+int run(int argc, char** argv) {
+  std::string model = "qwen3-8b", precision_text = "fp32";
+  int threads = 16, proposes = 2;
+  int64_t ctx = 1024;
+  CLI::App app{"Time the CPU reference drafter at a real geometry with random weights"};
+  app.add_option("--model", model, "qwen3-8b, qwen3-4b or gpt-oss-20b");
+  app.add_option("--precision", precision_text, "fp64, fp32, bf16 or fp8");
+  app.add_option("--threads", threads, "reference threads");
+  app.add_option("--ctx", ctx, "prompt rows of the first propose");
+  app.add_option("--proposes", proposes, "proposes in total (after the first: one new context row each)");
+  CLI11_PARSE(app, argc, argv);
+  Precision precision;
+  if (!parse_precision(precision_text, &precision)) throw bad_input("--precision: unknown '" + precision_text + "'");
+
+  const DrafterConfig config = geometry(model);
+  auto t = std::chrono::steady_clock::now();
+  auto weights = std::make_shared<const DrafterWeights>(make_random_drafter_weights(config, 1, threads));
+  std::printf("%s: random weights in %.1f s\n", model.c_str(), seconds_since(t));
+  HeadSettings head;
+  head.gamma = config.block_size;
+  head.ctx_cap = 4096;
+  head.max_batch = 1;
+  head.precision = precision;
+  t = std::chrono::steady_clock::now();
+  auto drafter = make_reference_drafter(config, weights, head, ReferenceOptions{threads});
+  std::printf("drafter (%s, %d threads, target %s) built in %.1f s\n", precision_name(precision), threads,
+              drafter->describe()[6].second.c_str(), seconds_since(t));
+  drafter->add_sequence(0);
+  int64_t start = 0;
+  for (int i = 0; i < proposes; ++i) {
+    const int64_t rows = i == 0 ? ctx : 1;
+    const Tensor rows_tensor = random_ctx(rows, config.ctx_feature_dim(), start);
+    start += rows;
+    t = std::chrono::steady_clock::now();
+    const auto out = drafter->propose({{0, &rows_tensor, start, 7}}, false);
+    std::printf("propose %d: %lld new ctx rows, B = %d: %.2f s (first draft %d)\n", i, static_cast<long long>(rows),
+                out[0].block_width, seconds_since(t), out[0].draft_tokens[0]);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dflash
+
+int main(int argc, char** argv) {
+  try {
+    return dflash::run(argc, argv);
+  } catch (const dflash::HarnessError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return dflash::exit_code_for(e.kind());
+  }
+}

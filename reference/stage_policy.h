@@ -1,0 +1,44 @@
+// Which emulation a precision mode switches on (docs/reference-precision.md has the full list):
+//   fp64: double everywhere.   fp32: float activations.
+//   bf16: float compute, values rounded to bf16 where the CUDA drafter stores bf16.
+//   fp8:  bf16 plus per-row E4M3 weights for q/k/v/o/gate/up/down and lm_head.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/proposer.h"
+#include "reference/aligned_matrix.h"
+
+namespace dflash {
+
+struct StagePolicy {
+  bool use_double = false;   // compute type: double (fp64 mode) or float
+  bool round_bf16 = false;   // round at the bf16 storage boundaries
+  bool fp8_weights = false;  // q/k/v/o/gate/up/down and lm_head as per-row E4M3
+
+  static StagePolicy for_precision(Precision precision) {
+    StagePolicy p;
+    p.use_double = precision == Precision::kFp64;
+    p.round_bf16 = precision == Precision::kBf16 || precision == Precision::kFp8;
+    p.fp8_weights = precision == Precision::kFp8;
+    return p;
+  }
+};
+
+// The bf16 storage boundaries, in forward order, as listed in docs/reference-precision.md.
+constexpr const char* kBf16StorageStages =
+    "ctx_proj (Xc after hidden_norm), cached context K/V, block K/V, q after RoPE, attn_norm output, "
+    "attention output, mlp_norm output, silu(gate)*up, final_norm output";
+
+// Rounds columns [0, cols) of rows [begin, end) to the nearest bf16 (ties to even) when the policy
+// asks for it; otherwise leaves them alone.
+template <typename T>
+void round_stage_to_bf16(const StagePolicy& policy, AlignedMatrix<T>* m, int64_t begin, int64_t end) {
+  if (!policy.round_bf16) return;
+  for (int64_t r = begin; r < end; ++r) {
+    T* row = m->row(r);
+    for (int64_t c = 0; c < m->cols(); ++c) row[c] = static_cast<T>(round_to_bf16(static_cast<float>(row[c])));
+  }
+}
+
+}  // namespace dflash
