@@ -1,0 +1,249 @@
+#include "tests/properties/broken_proposers.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "tests/properties/forwarding_proposer.h"
+
+namespace dflash::prop {
+namespace {
+
+// Draft tokens recomputed from (edited) logits, lowest index on ties: an edit then breaks only
+// the property it is aimed at, not the argmax check.
+void recompute_drafts(ProposeOutput& out) {
+  const int64_t vocab = out.logits.cols();
+  for (int64_t r = 0; r < out.logits.rows() && r < static_cast<int64_t>(out.draft_tokens.size()); ++r) {
+    const float* row = out.logits.row(r);
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v) {
+      if (row[v] > row[best]) best = v;
+    }
+    out.draft_tokens[r] = static_cast<int32_t>(best);
+  }
+}
+
+// The logits tap shows what the returned logits show (the fault is in the computation).
+void sync_logits_tap(ProposeOutput& out) {
+  for (Tap& tap : out.taps) {
+    if (tap.name == "logits") tap.value = out.logits;
+  }
+}
+
+void nudge_first_logit(ProposeOutput& out, int ulps) {
+  if (out.logits.values.empty()) return;
+  float& x = out.logits.values[0];
+  for (int i = 0; i < ulps; ++i) x = std::nextafter(x, std::numeric_limits<float>::infinity());
+  recompute_drafts(out);
+  sync_logits_tap(out);
+}
+
+// Reports `claimed` settings while the inner proposer runs with others.
+class MisreportingProposer : public ForwardingProposer {
+ public:
+  MisreportingProposer(std::unique_ptr<DraftProposer> inner, const HeadSettings& claimed)
+      : ForwardingProposer(std::move(inner)), claimed_(claimed) {}
+  const HeadSettings& settings() const override { return claimed_; }
+
+ private:
+  HeadSettings claimed_;
+};
+
+// Reports `claimed` config while the inner proposer runs with another.
+class ConfigMisreportingProposer : public ForwardingProposer {
+ public:
+  ConfigMisreportingProposer(std::unique_ptr<DraftProposer> inner, const DrafterConfig& claimed)
+      : ForwardingProposer(std::move(inner)), claimed_(claimed) {}
+  const DrafterConfig& config() const override { return claimed_; }
+
+ private:
+  DrafterConfig claimed_;
+};
+
+class RowPastTheBlock : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    for (ProposeOutput& out : outputs) {
+      out.logits.shape[0] += 1;
+      out.logits.values.resize(out.logits.values.size() + static_cast<size_t>(out.logits.cols()), 0.0f);
+    }
+    return outputs;
+  }
+};
+
+class LeakyBatch : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    if (batch.size() < 2 || batch[0].ctx->rows() == 0 || batch[1].ctx->rows() == 0) {
+      return ForwardingProposer::propose(batch, want_taps);
+    }
+    Tensor leaked = *batch[1].ctx;
+    for (int64_t k = 0; k < leaked.cols(); ++k) leaked.row(0)[k] = batch[0].ctx->row(0)[k];
+    std::vector<ProposeInput> edited = batch;
+    edited[1].ctx = &leaked;
+    return ForwardingProposer::propose(edited, want_taps);
+  }
+};
+
+class PageDependent : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    for (ProposeOutput& out : outputs) {
+      const SequenceView view = sequence_view(out.seq);
+      if (!view.block_table.empty() && view.block_table.front() % 2 == 1) nudge_first_logit(out, 1);
+    }
+    return outputs;
+  }
+};
+
+class Nondeterministic : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    static int calls = 0;  // survives the instance, like a stale device buffer
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    for (ProposeOutput& out : outputs) nudge_first_logit(out, ++calls % 3);
+    return outputs;
+  }
+};
+
+class HighestIndexTies : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    for (ProposeOutput& out : outputs) {
+      for (int64_t r = 0; r < out.logits.rows() && r < static_cast<int64_t>(out.draft_tokens.size()); ++r) {
+        const float* row = out.logits.row(r);
+        int64_t best = 0;
+        for (int64_t v = 1; v < out.logits.cols(); ++v) {
+          if (row[v] >= row[best]) best = v;  // ">=": the last of equal maxima wins
+        }
+        out.draft_tokens[r] = static_cast<int32_t>(best);
+      }
+    }
+    return outputs;
+  }
+};
+
+class NonAtomicExhaustion : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    try {
+      return ForwardingProposer::propose(batch, want_taps);
+    } catch (const HarnessError& e) {
+      if (e.kind() != ErrorKind::kPoolExhausted || batch.size() < 2) throw;
+      try {
+        ForwardingProposer::propose({batch.front()}, want_taps);  // half-applied batch
+      } catch (const HarnessError&) {
+      }
+      throw;
+    }
+  }
+};
+
+class StaleGraphReplay : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    const std::pair<size_t, int> shape{batch.size(), block_g()};
+    auto it = captured_.find(shape);
+    if (it == captured_.end()) {
+      captured_.emplace(shape, outputs);
+      return outputs;
+    }
+    // The captured run's logits and drafts in place of this run's.
+    for (size_t b = 0; b < outputs.size(); ++b) {
+      outputs[b].logits = it->second[b].logits;
+      outputs[b].draft_tokens = it->second[b].draft_tokens;
+      sync_logits_tap(outputs[b]);
+    }
+    return outputs;
+  }
+
+ private:
+  std::map<std::pair<size_t, int>, std::vector<ProposeOutput>> captured_;
+};
+
+template <typename Wrapper>
+Backend wrap_with(const Backend& backend, const std::string& name) {
+  return wrapped(backend, backend.name + "+" + name,
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   return std::unique_ptr<DraftProposer>(std::make_unique<Wrapper>(inner(config, std::move(weights), settings)));
+                 });
+}
+
+}  // namespace
+
+Backend clamp_off_by_one(const Backend& backend) {
+  return wrapped(backend, backend.name + "+clamp-off-by-one",
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   HeadSettings wider = settings;
+                   wider.gamma = (settings.gamma >= 0 ? settings.gamma : config.block_size) + 1;
+                   auto proposer = inner(config, std::move(weights), wider);
+                   HeadSettings claimed = proposer->settings();
+                   claimed.gamma = wider.gamma - 1;
+                   return std::unique_ptr<DraftProposer>(std::make_unique<MisreportingProposer>(std::move(proposer), claimed));
+                 });
+}
+
+Backend non_atomic_exhaustion(const Backend& backend) {
+  return wrap_with<NonAtomicExhaustion>(backend, "non-atomic-exhaustion");
+}
+Backend row_past_the_block(const Backend& backend) { return wrap_with<RowPastTheBlock>(backend, "row-past-the-block"); }
+
+Backend window_off_by_one(const Backend& backend) {
+  return wrapped(backend, backend.name + "+window-off-by-one",
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   HeadSettings wider = settings;
+                   if (!settings.uncapped) wider.ctx_cap = settings.ctx_cap + 1;
+                   auto proposer = inner(config, std::move(weights), wider);
+                   HeadSettings claimed = proposer->settings();
+                   claimed.ctx_cap = settings.ctx_cap;
+                   return std::unique_ptr<DraftProposer>(std::make_unique<MisreportingProposer>(std::move(proposer), claimed));
+                 });
+}
+
+Backend leaky_batch(const Backend& backend) { return wrap_with<LeakyBatch>(backend, "leaky-batch"); }
+Backend page_dependent(const Backend& backend) { return wrap_with<PageDependent>(backend, "page-dependent"); }
+Backend nondeterministic(const Backend& backend) { return wrap_with<Nondeterministic>(backend, "nondeterministic"); }
+Backend highest_index_ties(const Backend& backend) { return wrap_with<HighestIndexTies>(backend, "highest-index-ties"); }
+Backend stale_graph_replay(const Backend& backend) { return wrap_with<StaleGraphReplay>(backend, "stale-graph-replay"); }
+
+Backend bf16_posing_as_fp32(const Backend& backend) {
+  return wrapped(backend, backend.name + "+bf16-posing-as-fp32",
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   HeadSettings bf16 = settings;
+                   bf16.precision = Precision::kBf16;
+                   auto proposer = inner(config, std::move(weights), bf16);
+                   HeadSettings claimed = proposer->settings();
+                   claimed.precision = settings.precision;
+                   return std::unique_ptr<DraftProposer>(std::make_unique<MisreportingProposer>(std::move(proposer), claimed));
+                 });
+}
+
+Backend default_rope_theta(const Backend& backend) {
+  return wrapped(backend, backend.name + "+default-rope-theta",
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   DrafterConfig defaulted = config;
+                   defaulted.rope.theta = 10000.0;
+                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
+                       inner(defaulted, std::move(weights), settings), config));
+                 });
+}
+
+}  // namespace dflash::prop

@@ -1,0 +1,34 @@
+// Deliberately broken proposers, each a working proposer with one fault of the kind the failure
+// classes describe (shared/notes/failure-classes.md). Every property must fail on its variant, so
+// none can pass vacuously.
+#pragma once
+#include "tests/properties/backends.h"
+
+namespace dflash::prop {
+
+// Stores clamp(g, 2, max(gamma + 1, 2)): widths above gamma run one row too wide.
+Backend clamp_off_by_one(const Backend& backend);
+// Not atomic on a full pool: before reporting the exhaustion it admits the batch's first sequence.
+Backend non_atomic_exhaustion(const Backend& backend);
+// Writes one logits row past the block (a guard-band overrun).
+Backend row_past_the_block(const Backend& backend);
+// Attends to ctx_cap + 1 positions while reporting ctx_cap.
+Backend window_off_by_one(const Backend& backend);
+// In a batch of two or more, the first context row of the first sequence leaks into the second's.
+Backend leaky_batch(const Backend& backend);
+// The output picks up the physical page it sits on: one ulp on the first logit when the
+// sequence's first page is odd.
+Backend page_dependent(const Backend& backend);
+// State shared by every instance (a process-wide counter) nudges the first logit.
+Backend nondeterministic(const Backend& backend);
+// Argmax ties go to the highest index.
+Backend highest_index_ties(const Backend& backend);
+// Claims fp32 but computes with bf16 storage at the stage boundaries.
+Backend bf16_posing_as_fp32(const Backend& backend);
+// rope_theta silently taken from its default (10000) instead of the config.
+Backend default_rope_theta(const Backend& backend);
+// Graph replay with stale parameters: a propose with the batch size and width of an earlier one
+// returns that earlier one's logits and draft tokens.
+Backend stale_graph_replay(const Backend& backend);
+
+}  // namespace dflash::prop

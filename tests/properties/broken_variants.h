@@ -1,0 +1,32 @@
+// Each property paired with a deliberately broken proposer it must catch: the property body runs
+// on the broken variant of a working backend and RapidCheck must find a counterexample whose
+// message names the violated property. A property that passes its broken variant is vacuous.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tests/properties/backends.h"
+
+namespace dflash::prop {
+
+struct BrokenVariant {
+  std::string name;                                   // test name suffix
+  // The property body on the broken backend (the working base is there for two-backend properties).
+  std::function<void(const Backend& base, const Backend& broken)> property;
+  std::function<Backend(const Backend&)> breaker;     // working backend -> broken variant
+  std::string expected_message;                       // the counterexample must say this
+  int cases = 200;                                    // most cases searched for the counterexample
+};
+
+// GoogleTest prints a parameter by its name.
+inline void PrintTo(const BrokenVariant& variant, std::ostream* os) { *os << variant.name; }
+
+// The variants of properties 1-6, 8 and 10 (the proposer-generic ones).
+std::vector<BrokenVariant> generic_broken_variants();
+
+// Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
+void expect_caught(const Backend& base, const BrokenVariant& variant);
+
+}  // namespace dflash::prop

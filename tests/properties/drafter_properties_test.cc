@@ -1,0 +1,82 @@
+// The proposer properties on the drafters: the same bodies (proposer_properties.h) instantiated for
+// the CPU reference in CI and for the CUDA drafter when this build has it and a device is present
+// (otherwise those instances skip, saying why); properties 7 and 8 on CUDA only; and every
+// property against its deliberately broken variant of the reference.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "tests/properties/backends.h"
+#include "tests/properties/broken_proposers.h"
+#include "tests/properties/broken_variants.h"
+#include "tests/properties/property_check.h"
+#include "tests/properties/proposer_properties.h"
+
+namespace dflash::prop {
+namespace {
+
+struct BackendParam {
+  std::string name;
+  std::function<Backend()> make;
+};
+void PrintTo(const BackendParam& param, std::ostream* os) { *os << param.name; }
+
+class DrafterProperties : public ::testing::TestWithParam<BackendParam> {
+ protected:
+  void SetUp() override {
+    backend_ = GetParam().make();
+    if (!backend_.unavailable.empty()) GTEST_SKIP() << backend_.unavailable;
+  }
+  Backend backend_;
+};
+
+// Default case counts (Backend::default_cases) keep the reference's whole suite to a few seconds on
+// 2 cores; DFLASH_PROP_CASES=N or RC_PARAMS="max_success=N" run N per property.
+TEST_P(DrafterProperties, P1_ClampAndOutputShapes) { check_property(backend_.default_cases, [this] { clamp_property(backend_); }); }
+TEST_P(DrafterProperties, P2_ContextWindow) { check_property(backend_.default_cases, [this] { context_window_property(backend_); }); }
+TEST_P(DrafterProperties, P3_CacheSlotsOnSmallPools) { check_property(backend_.default_cases, [this] { cache_slots_property(backend_); }); }
+TEST_P(DrafterProperties, P4_BatchInvariance) { check_property(backend_.default_cases, [this] { batch_invariance_property(backend_); }); }
+TEST_P(DrafterProperties, P5_PagePermutation) { check_property(backend_.default_cases, [this] { page_permutation_property(backend_); }); }
+TEST_P(DrafterProperties, P6_Determinism) { check_property(backend_.default_cases, [this] { determinism_property(backend_); }); }
+TEST_P(DrafterProperties, P10_ArgmaxTies) { check_property(backend_.default_cases, [this] { argmax_ties_property(backend_); }); }
+
+std::string param_name(const ::testing::TestParamInfo<BackendParam>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Reference, DrafterProperties,
+                         ::testing::Values(BackendParam{"reference", [] { return reference_backend(); }}), param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, DrafterProperties,
+                         ::testing::Values(BackendParam{"cuda", [] { return cuda_backend(/*graphs=*/true); }},
+                                           BackendParam{"cuda_eager", [] { return cuda_backend(/*graphs=*/false); }}),
+                         param_name);
+
+TEST(CudaProperties, P7_MatchesTheReferenceWithinTolerance) {
+  const Backend cuda = cuda_backend(/*graphs=*/true);
+  if (!cuda.unavailable.empty()) GTEST_SKIP() << cuda.unavailable;
+  check_property(cuda.default_cases, [&] { matches_reference_property(reference_backend(), cuda); });
+}
+
+TEST(CudaProperties, P8_GraphReplayEqualsEagerBitForBit) {
+  const Backend graphs = cuda_backend(/*graphs=*/true);
+  if (!graphs.unavailable.empty()) GTEST_SKIP() << graphs.unavailable;
+  check_property(graphs.default_cases, [&] { same_bits_property(cuda_backend(/*graphs=*/false), graphs); });
+}
+
+// Each property must fail on its broken variant of the reference (none can pass vacuously).
+class ReferenceBrokenVariants : public ::testing::TestWithParam<BrokenVariant> {};
+TEST_P(ReferenceBrokenVariants, AreCaught) { expect_caught(reference_backend(), GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Reference, ReferenceBrokenVariants, ::testing::ValuesIn(generic_broken_variants()),
+                         [](const ::testing::TestParamInfo<BrokenVariant>& info) { return info.param.name; });
+
+// Property 7's body, run on the CPU: a candidate that took rope_theta from its default must be
+// caught by the tolerance comparison, at a stage no later than L0.q.
+TEST(ReferenceBrokenVariantsOfCudaProperties, P7_CatchesADefaultedRopeTheta) {
+  const BrokenVariant variant{"DefaultRopeTheta",
+                              [](const Backend& base, const Backend& broken) { matches_reference_property(base, broken); },
+                              default_rope_theta, "first stage over its bound is"};
+  expect_caught(reference_backend(), variant);
+}
+
+}  // namespace
+}  // namespace dflash::prop
