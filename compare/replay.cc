@@ -1,0 +1,367 @@
+#include "compare/replay.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "compare/invariants.h"
+#include "compare/stages.h"
+#include "core/error.h"
+#include "core/kv_pages.h"
+
+namespace dflash {
+namespace {
+
+// A stage the expected side has and the actual side lacks fails at its place in forward order.
+StageCheck missing_stage(const std::string& stage, int order, const std::string& who) {
+  StageCheck check;
+  check.stage = stage;
+  check.order = order;
+  check.shape_ok = false;
+  check.shape_detail = who + " gave no '" + stage + "'";
+  check.passed = false;
+  check.ratio = std::numeric_limits<double>::infinity();
+  check.fail_criterion = "missing";
+  return check;
+}
+
+const Tap* find_tap(const ProposeOutput& output, const std::string& name) {
+  for (const Tap& tap : output.taps) {
+    if (tap.name == name) return &tap;
+  }
+  return nullptr;
+}
+
+const ProposeOutput* find_output(const std::vector<ProposeOutput>& outputs, int seq) {
+  for (const ProposeOutput& output : outputs) {
+    if (output.seq == seq) return &output;
+  }
+  return nullptr;
+}
+
+// What the expected side of a pair holds for one sequence: the fixture's expectations or the
+// reference drafter's output, in one shape.
+struct ExpectedSide {
+  std::vector<const Tap*> taps;
+  const Tensor* logits = nullptr;
+  const std::vector<int32_t>* draft_tokens = nullptr;
+};
+
+class Replayer {
+ public:
+  Replayer(const Fixture& fixture, const std::vector<ReplayLane>& lanes, const std::vector<CrossCheck>& cross,
+           const ReplayOptions& options)
+      : fixture_(fixture), lanes_(lanes), options_(options) {
+    if (lanes_.empty()) throw internal_error("replay: no drafter to replay on");
+    for (const ReplayLane& lane : lanes_) {
+      if (lane.proposer == nullptr) throw internal_error("replay: a lane has no drafter");
+    }
+    result_.fixture_name = fixture.name;
+    result_.fixture_dir = fixture.dir;
+    result_.expect_precision = fixture.expect_precision;
+    result_.num_layers = fixture.config.num_layers;
+    result_.total_steps = static_cast<int>(fixture.steps.size());
+    for (const ReplayLane& lane : lanes_) {
+      result_.proposers.push_back({lane.proposer->name(), precision_name(lane.precision), lane.proposer->describe()});
+    }
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (!lanes_[i].compare_with_fixture) continue;
+      PairSummary pair;
+      pair.tolerance = fixture_pair(fixture.expect_precision, lanes_[i].precision, lanes_[i].proposer->name());
+      pair.label = pair.tolerance.label;
+      pair.expected_lane = -1;
+      pair.actual_lane = static_cast<int>(i);
+      result_.pairs.push_back(pair);
+    }
+    for (const CrossCheck& check : cross) {
+      const int n = static_cast<int>(lanes_.size());
+      if (check.reference < 0 || check.reference >= n || check.candidate < 0 || check.candidate >= n ||
+          check.reference == check.candidate) {
+        throw internal_error("replay: a cross check names lanes " + std::to_string(check.reference) + " and " +
+                             std::to_string(check.candidate) + " of " + std::to_string(n));
+      }
+      PairSummary pair;
+      const ReplayLane& ref = lanes_[check.reference];
+      const ReplayLane& cand = lanes_[check.candidate];
+      pair.tolerance = cross_pair(ref.precision, ref.proposer->name(), cand.precision, cand.proposer->name());
+      pair.label = pair.tolerance.label;
+      pair.expected_lane = check.reference;
+      pair.actual_lane = check.candidate;
+      result_.pairs.push_back(pair);
+    }
+  }
+
+  ReplayResult run() {
+    const int total = static_cast<int>(fixture_.steps.size());
+    const int last = options_.last_step < 0 ? total - 1 : std::min(options_.last_step, total - 1);
+    for (int step = 0; step <= last; ++step) {
+      try {
+        run_step(step, fixture_.steps[step]);
+      } catch (const HarnessError& e) {
+        throw HarnessError(e.kind(), "fixture '" + fixture_.name + "', step " + std::to_string(step) + ": " + e.what());
+      }
+      result_.steps_run = step + 1;
+      if (options_.on_step) options_.on_step(step + 1, last + 1);
+    }
+    pick_first_divergence();
+    return std::move(result_);
+  }
+
+ private:
+  void run_step(int step, const FixtureStep& fixture_step) {
+    if (fixture_step.kind == FixtureStep::Kind::kRelease) {
+      for (int seq : fixture_step.release) {
+        for (const ReplayLane& lane : lanes_) lane.proposer->release_sequence(seq);
+        next_position_.erase(seq);
+      }
+    } else {
+      run_propose(step, fixture_step.propose);
+    }
+    for (const ReplayLane& lane : lanes_) {
+      for (const InvariantViolation& v : check_all_invariants(*lane.proposer, next_position_)) {
+        result_.invariant_failures.push_back({step, lane.proposer->name(), v.invariant, v.detail});
+      }
+    }
+  }
+
+  void run_propose(int step, const std::vector<ProposeEntry>& entries) {
+    if (entries.empty()) return;
+    const int gamma = lanes_[0].proposer->settings().gamma;
+    const int requested = entries[0].block_width;
+    for (const ProposeEntry& entry : entries) {
+      if (clamp_block_width(entry.block_width, gamma) != clamp_block_width(requested, gamma)) {
+        throw bad_input("sequence " + std::to_string(entry.seq) + ": block_width " +
+                        std::to_string(entry.block_width) + " clamps to a different width than block_width " +
+                        std::to_string(requested) + " of sequence " + std::to_string(entries[0].seq) +
+                        " in the same propose; one propose runs at one width");
+      }
+    }
+    std::vector<ProposeInput> batch;
+    for (const ProposeEntry& entry : entries) {
+      if (!added_.count(entry.seq)) {
+        for (const ReplayLane& lane : lanes_) lane.proposer->add_sequence(entry.seq);
+        added_.insert(entry.seq);
+      }
+      batch.push_back({entry.seq, &entry.ctx, entry.start, entry.anchor});
+    }
+
+    std::vector<std::vector<ProposeOutput>> outputs(lanes_.size());
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      DraftProposer& proposer = *lanes_[i].proposer;
+      proposer.set_block_g(requested);
+      outputs[i] = proposer.propose(batch, wants_taps(static_cast<int>(i), entries));
+    }
+    for (const ProposeEntry& entry : entries) next_position_[entry.seq] = entry.start;
+
+    for (size_t i = 0; i < lanes_.size(); ++i) check_outputs(step, static_cast<int>(i), entries, outputs[i], requested);
+    for (size_t p = 0; p < result_.pairs.size(); ++p) {
+      for (const ProposeEntry& entry : entries) compare_pair(step, static_cast<int>(p), entry, outputs);
+    }
+  }
+
+  // A lane needs taps when a pair it takes part in compares taps in this step.
+  bool wants_taps(int lane, const std::vector<ProposeEntry>& entries) const {
+    for (const PairSummary& pair : result_.pairs) {
+      if (pair.expected_lane == lane || (pair.expected_lane >= 0 && pair.actual_lane == lane)) return true;
+      if (pair.expected_lane < 0 && pair.actual_lane == lane) {
+        for (const ProposeEntry& entry : entries) {
+          if (entry.expect && !entry.expect->taps.empty()) return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  void check_outputs(int step, int lane, const std::vector<ProposeEntry>& entries,
+                     const std::vector<ProposeOutput>& outputs, int requested) {
+    const DraftProposer& proposer = *lanes_[lane].proposer;
+    for (const ProposeEntry& entry : entries) {
+      const ProposeOutput* output = find_output(outputs, entry.seq);
+      if (output == nullptr) {
+        result_.invariant_failures.push_back(
+            {step, proposer.name(), "propose-outputs", "no output for sequence " + std::to_string(entry.seq)});
+        continue;
+      }
+      for (const InvariantViolation& v : check_propose_output(proposer, requested, *output)) {
+        result_.invariant_failures.push_back({step, proposer.name(), v.invariant, v.detail});
+      }
+    }
+  }
+
+  void compare_pair(int step, int pair_index, const ProposeEntry& entry,
+                    const std::vector<std::vector<ProposeOutput>>& outputs) {
+    const PairSummary& pair = result_.pairs[pair_index];
+    const ProposeOutput* actual = find_output(outputs[pair.actual_lane], entry.seq);
+    if (actual == nullptr) return;  // reported as an invariant failure of that drafter
+    const std::string actual_name = lanes_[pair.actual_lane].proposer->name();
+
+    ExpectedSide expected;
+    if (pair.expected_lane < 0) {
+      if (!entry.expect) return;  // nothing recorded for this sequence
+      for (const Tap& tap : entry.expect->taps) expected.taps.push_back(&tap);
+      if (entry.expect->logits) expected.logits = &*entry.expect->logits;
+      if (entry.expect->draft_tokens) expected.draft_tokens = &*entry.expect->draft_tokens;
+    } else {
+      const ProposeOutput* reference = find_output(outputs[pair.expected_lane], entry.seq);
+      if (reference == nullptr) return;
+      for (const Tap& tap : reference->taps) expected.taps.push_back(&tap);
+      expected.logits = &reference->logits;
+      expected.draft_tokens = &reference->draft_tokens;
+    }
+
+    const HeadSettings& settings = lanes_[pair.actual_lane].proposer->settings();
+    SequenceResult seq_result;
+    seq_result.step = step;
+    seq_result.seq = entry.seq;
+    seq_result.pair = pair_index;
+    seq_result.requested_width = entry.block_width;
+    seq_result.block_width = clamp_block_width(entry.block_width, settings.gamma);
+    seq_result.start = entry.start;
+    seq_result.window = settings.uncapped ? entry.start : std::min(entry.start, settings.ctx_cap);
+    const std::map<std::string, StagePath> paths =
+        stage_paths(fixture_.config, seq_result.window, seq_result.block_width);
+    const int num_layers = fixture_.config.num_layers;
+
+    const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
+      const int order = stage_order_index(stage, num_layers);
+      if (order < 0) {
+        throw bad_input("sequence " + std::to_string(entry.seq) + ": '" + stage + "' is not a stage of a " +
+                        std::to_string(num_layers) + "-layer drafter (drafter.md §7)");
+      }
+      if (got == nullptr) {
+        seq_result.stages.push_back(missing_stage(stage, order, actual_name));
+        return;
+      }
+      const StageBound bound = stage_bound(pair.tolerance, paths.at(stage), want.cols());
+      seq_result.stages.push_back(check_stage(stage, order, want, *got, bound));
+    };
+    for (const Tap* tap : expected.taps) {
+      const Tap* got = find_tap(*actual, tap->name);
+      check(tap->name, tap->value, got ? &got->value : nullptr);
+    }
+    if (expected.logits != nullptr) check("logits", *expected.logits, &actual->logits);
+    std::stable_sort(seq_result.stages.begin(), seq_result.stages.end(),
+                     [](const StageCheck& a, const StageCheck& b) { return a.order < b.order; });
+    seq_result.divergence = first_divergence(seq_result.stages, num_layers);
+
+    if (expected.draft_tokens != nullptr) compare_tokens(pair, expected, *actual, paths, &seq_result);
+    if (seq_result.divergence) {
+      seq_result.divergence->pair = pair.label;
+      seq_result.divergence->step = step;
+      seq_result.divergence->seq = entry.seq;
+    }
+    result_.sequences.push_back(std::move(seq_result));
+  }
+
+  void compare_tokens(const PairSummary& pair, const ExpectedSide& expected, const ProposeOutput& actual,
+                      const std::map<std::string, StagePath>& paths, SequenceResult* seq_result) {
+    const std::vector<int32_t>& want = *expected.draft_tokens;
+    const Tensor& margin_logits = expected.logits != nullptr ? *expected.logits : actual.logits;
+    if (want.size() != actual.draft_tokens.size() || margin_logits.rows() != static_cast<int64_t>(want.size())) {
+      const std::string problem = "draft tokens: expected " + std::to_string(want.size()) + ", the drafter gave " +
+                                  std::to_string(actual.draft_tokens.size()) + " (logits rows " +
+                                  std::to_string(margin_logits.rows()) + ")";
+      seq_result->problems.push_back(problem);
+      if (!seq_result->divergence) {
+        Divergence d;
+        d.stage = "draft_tokens";
+        d.criterion = "shape";
+        d.detail = problem;
+        seq_result->divergence = d;
+      }
+      return;
+    }
+    const double rms_bound = stage_bound(pair.tolerance, paths.at("logits"), margin_logits.cols()).rel_rms;
+    seq_result->tokens = compare_draft_tokens(want, actual.draft_tokens, margin_logits, rms_bound);
+    if (seq_result->divergence || seq_result->tokens->mismatch == 0) return;
+    for (const TokenRow& row : seq_result->tokens->rows) {
+      if (row.verdict != TokenVerdict::kMismatch) continue;
+      Divergence d;
+      d.stage = "draft_tokens";
+      d.criterion = "draft-token";
+      d.row = row.row;
+      d.expected = row.expected;
+      d.actual = row.actual;
+      d.value = row.gap;
+      d.bound = row.threshold;
+      d.detail = "row " + std::to_string(row.row) + ": expected token " + std::to_string(row.expected) +
+                 ", actual token " + std::to_string(row.actual) + "; their logits sit " + std::to_string(row.gap) +
+                 " below the row's top, more than the tie threshold " + std::to_string(row.threshold);
+      seq_result->divergence = d;
+      break;
+    }
+  }
+
+  // The earliest step with a failure; within it the earliest stage in forward order (token and
+  // shape faults of the drafter count after every stage), then batch order.
+  void pick_first_divergence() {
+    int best_step = -1;
+    const Divergence* best = nullptr;
+    int best_order = 0;
+    for (const SequenceResult& seq : result_.sequences) {
+      if (!seq.divergence) continue;
+      if (best != nullptr && seq.step > best_step) break;
+      const int order = stage_order_index(seq.divergence->stage, result_.num_layers);
+      const int effective = order < 0 ? 1 << 30 : order;
+      if (best == nullptr || effective < best_order) {
+        best = &*seq.divergence;
+        best_step = seq.step;
+        best_order = effective;
+      }
+    }
+    if (best != nullptr) result_.first_divergence = *best;
+  }
+
+  const Fixture& fixture_;
+  const std::vector<ReplayLane>& lanes_;
+  const ReplayOptions& options_;
+  ReplayResult result_;
+  std::map<int, int64_t> next_position_;
+  std::set<int> added_;
+};
+
+}  // namespace
+
+bool SequenceResult::passed() const {
+  for (const StageCheck& stage : stages) {
+    if (!stage.passed) return false;
+  }
+  return problems.empty() && (!tokens || tokens->mismatch == 0);
+}
+
+bool ReplayResult::passed() const {
+  if (!invariant_failures.empty()) return false;
+  for (const SequenceResult& seq : sequences) {
+    if (!seq.passed()) return false;
+  }
+  return true;
+}
+
+ReplayResult replay_fixture(const Fixture& fixture, const std::vector<ReplayLane>& lanes,
+                            const std::vector<CrossCheck>& cross_checks, const ReplayOptions& options) {
+  return Replayer(fixture, lanes, cross_checks, options).run();
+}
+
+PairTotals pair_totals(const ReplayResult& result, int pair) {
+  PairTotals totals;
+  for (const SequenceResult& seq : result.sequences) {
+    if (seq.pair != pair) continue;
+    ++totals.sequences;
+    if (!seq.passed()) ++totals.failed_sequences;
+    if (seq.tokens) {
+      totals.agree += seq.tokens->agree;
+      totals.excused += seq.tokens->excused;
+      totals.mismatch += seq.tokens->mismatch;
+    }
+    for (const StageCheck& stage : seq.stages) {
+      if (totals.worst_stage.empty() || stage.ratio > totals.worst_ratio) {
+        totals.worst_ratio = stage.ratio;
+        totals.worst_stage = stage.stage;
+      }
+    }
+  }
+  return totals;
+}
+
+}  // namespace dflash

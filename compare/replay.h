@@ -1,0 +1,100 @@
+// The replay engine: walks a fixture's steps on one or more drafters (new sequence ids ->
+// add_sequence, release -> release_sequence, propose -> set_block_g + propose), compares each
+// drafter that is asked to with the fixture's expectations and pairs of drafters with each other,
+// runs the invariant checks (compare/invariants.h) after every step, and returns a structured
+// result that the table, JSON and HTML writers consume.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compare/divergence.h"
+#include "compare/stage_check.h"
+#include "compare/tokens.h"
+#include "compare/tolerance.h"
+#include "core/proposer.h"
+#include "fixtures/fixture.h"
+
+namespace dflash {
+
+struct ReplayLane {
+  DraftProposer* proposer = nullptr;
+  Precision precision = Precision::kFp64;  // what its numbers are (for the tolerance model)
+  bool compare_with_fixture = true;
+};
+
+// lanes[reference] is the expected side, lanes[candidate] the actual side.
+struct CrossCheck {
+  int reference = 0;
+  int candidate = 1;
+};
+
+struct ReplayOptions {
+  int last_step = -1;  // stop after this step (bisection); -1 = all steps
+  // Called after each step with (steps done, total steps), for progress display.
+  std::function<void(int, int)> on_step;
+};
+
+// One comparison (fixture vs lane, or lane vs lane).
+struct PairSummary {
+  std::string label;
+  TolerancePair tolerance;
+  int expected_lane = -1;  // -1: the fixture
+  int actual_lane = -1;
+};
+
+// One pair's comparison of one sequence in one propose step.
+struct SequenceResult {
+  int step = -1, seq = -1, pair = -1;
+  int requested_width = 0, block_width = 0;
+  int64_t start = 0, window = 0;
+  std::vector<StageCheck> stages;     // forward order; the stages both sides have, logits last
+  std::optional<TokenCheck> tokens;
+  std::vector<std::string> problems;  // faults that are not numeric (a tap the drafter did not give)
+  std::optional<Divergence> divergence;  // first failing check in forward order
+  bool passed() const;
+};
+
+struct InvariantFailure {
+  int step = -1;
+  std::string proposer;
+  std::string invariant, detail;
+};
+
+struct ProposerSummary {
+  std::string name;
+  std::string precision;
+  std::vector<std::pair<std::string, std::string>> levers;  // describe()
+};
+
+struct ReplayResult {
+  std::string fixture_name, fixture_dir, expect_precision;
+  int num_layers = 0;
+  int total_steps = 0, steps_run = 0;
+  std::vector<ProposerSummary> proposers;
+  std::vector<PairSummary> pairs;
+  std::vector<SequenceResult> sequences;  // in step order, then batch order, then pair order
+  std::vector<InvariantFailure> invariant_failures;
+  // The earliest failure: first step with one, then forward stage order, then batch order.
+  std::optional<Divergence> first_divergence;
+
+  bool passed() const;
+};
+
+// Walks `fixture` on `lanes`. HarnessErrors of the drafters (a full pool, a refused request) come
+// back with the fixture and step prefixed; numeric disagreements are results, not errors.
+ReplayResult replay_fixture(const Fixture& fixture, const std::vector<ReplayLane>& lanes,
+                            const std::vector<CrossCheck>& cross_checks, const ReplayOptions& options = {});
+
+// Aggregates for tables and plots.
+struct PairTotals {
+  int sequences = 0, failed_sequences = 0;
+  int agree = 0, excused = 0, mismatch = 0;
+  double worst_ratio = 0;     // largest error/bound over every stage check
+  std::string worst_stage;    // where it was
+};
+PairTotals pair_totals(const ReplayResult& result, int pair);
+
+}  // namespace dflash

@@ -1,0 +1,206 @@
+#include "compare/report_html.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "compare/text_format.h"
+
+namespace dflash {
+namespace {
+
+using nlohmann::json;
+
+std::string str(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+std::string fixture_label(const json& r) { return dflash::fixture_label(str(r, "fixture"), str(r, "dir")); }
+
+// A ratio (error/bound) as text; null in the JSON stands for a non-finite ratio (NaN or a shape fault).
+std::string ratio_text(const json& ratio) { return ratio.is_number() ? format_number(ratio.get<double>()) : "&#8734;"; }
+
+const char* kStyle = R"(
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-top:1px solid #ccc;padding-top:12px}h3{font-size:15px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}.verdict-pass{color:#176b2c;font-weight:bold}.verdict-fail{color:#b00020;font-weight:bold}
+.divergence{background:#fdecea;border-left:4px solid #b00020;padding:8px 12px;font-family:monospace}
+.error{background:#fff4e5;border-left:4px solid #e65100;padding:8px 12px}
+svg .bar.pass{fill:#4caf50}svg .bar.fail{fill:#e53935}svg .bar.first-divergence{stroke:#000;stroke-width:2}
+svg .bound{stroke:#b00020;stroke-dasharray:6 4}svg text{font:11px sans-serif}svg .axis{stroke:#888}
+tr.fail td{background:#fdecea}
+)";
+
+// Error/bound per stage on a log scale from 1e-4 to 1e2; the bound is the line at 1.
+std::string stage_plot(const json& pair, const std::string& first_stage) {
+  const json& stages = pair["stages"];
+  const int n = static_cast<int>(stages.size());
+  const int left = 56, top = 28, bar_step = 22, plot_height = 180, label_room = 96;
+  const int width = left + std::max(n, 1) * bar_step + 20, height = top + plot_height + label_room;
+  const double log_min = -4, log_max = 2;
+  const auto y_of = [&](double log_ratio) {
+    const double clamped = std::min(log_max, std::max(log_min, log_ratio));
+    return top + plot_height * (log_max - clamped) / (log_max - log_min);
+  };
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" role=\"img\" aria-label=\"error over bound per stage\">\n";
+  svg << "<text x=\"" << left << "\" y=\"16\">error / bound per stage (log scale; above the dashed line fails)</text>\n";
+  for (int e = static_cast<int>(log_min); e <= static_cast<int>(log_max); ++e) {
+    const double y = y_of(e);
+    svg << "<line class=\"axis\" x1=\"" << left - 4 << "\" x2=\"" << left << "\" y1=\"" << y << "\" y2=\"" << y
+        << "\"/><text x=\"4\" y=\"" << y + 4 << "\">1e" << e << "</text>\n";
+  }
+  svg << "<line class=\"axis\" x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << top << "\" y2=\""
+      << top + plot_height << "\"/>\n";
+  const double bound_y = y_of(0);
+  svg << "<line class=\"bound\" x1=\"" << left << "\" x2=\"" << width - 10 << "\" y1=\"" << bound_y << "\" y2=\""
+      << bound_y << "\"/>\n";
+  for (int i = 0; i < n; ++i) {
+    const json& s = stages[i];
+    const std::string name = str(s, "stage");
+    const bool passed = s["passed"].get<bool>();
+    const bool finite = s["ratio"].is_number();
+    const double ratio = finite ? s["ratio"].get<double>() : 0;
+    const double log_ratio = !finite ? log_max : ratio > 0 ? std::log10(ratio) : log_min;
+    const double y = y_of(log_ratio);
+    const int x = left + i * bar_step + 3;
+    std::string cls = std::string("bar ") + (passed ? "pass" : "fail");
+    if (name == first_stage) cls += " first-divergence";
+    svg << "<rect class=\"" << cls << "\" data-stage=\"" << html_escape(name) << "\" x=\"" << x << "\" y=\"" << y
+        << "\" width=\"" << bar_step - 6 << "\" height=\"" << std::max(1.0, top + plot_height - y) << "\"><title>"
+        << html_escape(name) << ": error/bound " << ratio_text(s["ratio"]) << "</title></rect>\n";
+    const int label_x = x + (bar_step - 6) / 2;
+    svg << "<text class=\"stage-label" << (passed ? "" : " fail") << "\" x=\"" << label_x << "\" y=\""
+        << top + plot_height + 8 << "\" transform=\"rotate(60 " << label_x << " " << top + plot_height + 8
+        << ")\">" << html_escape(name) << "</text>\n";
+  }
+  if (!first_stage.empty()) {
+    svg << "<text class=\"first-divergence-label\" x=\"" << left + 8 << "\" y=\"" << top + 14
+        << "\" fill=\"#b00020\">first divergence: " << html_escape(first_stage) << "</text>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+void render_result(std::ostringstream& html, const json& r, int index) {
+  const bool pass = str(r, "verdict") == "pass";
+  html << "<section class=\"fixture " << (pass ? "pass" : "fail") << "\" id=\"fixture-" << index << "\">\n";
+  html << "<h2>" << html_escape(fixture_label(r)) << " &mdash; <span class=\"verdict-" << (pass ? "pass" : "fail")
+       << "\">" << (pass ? "PASS" : "FAIL") << "</span></h2>\n";
+  html << "<p>expectations: " << html_escape(str(r, "expect_precision")) << "; steps run "
+       << r.value("steps_run", 0) << " of " << r.value("total_steps", 0) << "; directory "
+       << html_escape(str(r, "dir")) << "</p>\n";
+  const json& first = r["first_divergence"];
+  std::string first_pair, first_stage;
+  if (!first.is_null()) {
+    first_pair = str(first, "pair");
+    first_stage = str(first, "stage");
+    html << "<p class=\"divergence\">" << html_escape(str(first, "text")) << "</p>\n";
+  }
+
+  html << "<h3>Drafters</h3>\n<table><tr><th>drafter</th><th>precision</th><th>levers</th></tr>\n";
+  for (const json& p : r["proposers"]) {
+    html << "<tr><td>" << html_escape(str(p, "name")) << "</td><td>" << html_escape(str(p, "precision")) << "</td><td>";
+    if (p.contains("levers") && p["levers"].is_array()) {
+      for (const json& lever : p["levers"]) {
+        if (lever.is_array() && lever.size() == 2 && lever[0].is_string() && lever[1].is_string()) {
+          html << html_escape(lever[0].get<std::string>()) << "=" << html_escape(lever[1].get<std::string>()) << " ";
+        }
+      }
+    }
+    html << "</td></tr>\n";
+  }
+  html << "</table>\n";
+
+  for (const json& pair : r["pairs"]) {
+    const std::string label = str(pair, "label");
+    html << "<h3>" << html_escape(label) << "</h3>\n";
+    const json& tokens = pair["tokens"];
+    html << "<p>draft tokens: " << tokens.value("agree", 0) << " agree, " << tokens.value("tie_excused", 0)
+         << " tie-excused, " << tokens.value("mismatch", 0) << " mismatch</p>\n";
+    html << stage_plot(pair, label == first_pair ? first_stage : std::string());
+    html << "<table><tr><th>stage</th><th>error/bound</th><th>rel RMS</th><th>bound</th><th>max rel</th>"
+            "<th>bound</th><th>worst at step/seq</th></tr>\n";
+    for (const json& s : pair["stages"]) {
+      const bool passed = s["passed"].get<bool>();
+      html << "<tr class=\"" << (passed ? "pass" : "fail") << "\"><td>" << html_escape(str(s, "stage")) << "</td><td>"
+           << ratio_text(s["ratio"]) << "</td><td>" << ratio_text(s.value("rel_rms", json())) << "</td><td>"
+           << format_number(s.value("bound_rel_rms", 0.0)) << "</td><td>" << ratio_text(s.value("max_rel", json()))
+           << "</td><td>" << format_number(s.value("bound_max_rel", 0.0)) << "</td><td>" << s.value("step", -1) << " / "
+           << s.value("seq", -1) << "</td></tr>\n";
+    }
+    html << "</table>\n";
+  }
+
+  if (!r["invariant_failures"].empty()) {
+    html << "<h3>Invariant failures</h3>\n<ul>\n";
+    for (const json& f : r["invariant_failures"]) {
+      html << "<li>step " << f.value("step", -1) << ", " << html_escape(str(f, "proposer")) << ": "
+           << html_escape(str(f, "invariant")) << ": " << html_escape(str(f, "detail")) << "</li>\n";
+    }
+    html << "</ul>\n";
+  }
+  html << "</section>\n";
+}
+
+}  // namespace
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string render_html_report(const std::vector<json>& documents) {
+  std::vector<const json*> results, errors;
+  for (const json& doc : documents) {
+    for (const json& r : doc["results"]) results.push_back(&r);
+    for (const json& e : doc["errors"]) errors.push_back(&e);
+  }
+  int passed = 0;
+  for (const json* r : results) passed += str(*r, "verdict") == "pass";
+
+  std::ostringstream html;
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>dflash-harness report</title>\n"
+       << "<style>" << kStyle << "</style></head>\n<body>\n<h1>dflash-harness report</h1>\n";
+  html << "<p id=\"totals\">" << results.size() << " fixture(s): " << passed << " pass, " << results.size() - passed
+       << " fail; " << errors.size() << " could not run</p>\n";
+  html << "<table class=\"summary\"><tr><th>fixture</th><th>comparison</th><th>worst stage</th><th>error/bound</th>"
+          "<th>tokens agree / excused / mismatch</th><th>verdict</th></tr>\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const json& r = *results[i];
+    for (const json& pair : r["pairs"]) {
+      const json& tokens = pair["tokens"];
+      html << "<tr class=\"" << html_escape(str(r, "verdict")) << "\"><td><a href=\"#fixture-" << i << "\">"
+           << html_escape(fixture_label(r)) << "</a></td><td>" << html_escape(str(pair, "label")) << "</td><td>"
+           << html_escape(str(pair, "worst_stage")) << "</td><td>" << ratio_text(pair.value("worst_ratio", json()))
+           << "</td><td>" << tokens.value("agree", 0) << " / " << tokens.value("tie_excused", 0) << " / "
+           << tokens.value("mismatch", 0) << "</td><td>" << html_escape(str(r, "verdict")) << "</td></tr>\n";
+    }
+  }
+  html << "</table>\n";
+  for (size_t i = 0; i < results.size(); ++i) render_result(html, *results[i], static_cast<int>(i));
+  if (!errors.empty()) {
+    html << "<h2>Could not run</h2>\n";
+    for (const json* e : errors) {
+      html << "<p class=\"error\">" << html_escape(str(*e, "fixture")) << ": " << html_escape(str(*e, "error"))
+           << " (exit " << e->value("exit_code", 2) << ")</p>\n";
+    }
+  }
+  html << "</body></html>\n";
+  return html.str();
+}
+
+}  // namespace dflash

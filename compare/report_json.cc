@@ -1,0 +1,258 @@
+#include "compare/report_json.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "compare/stages.h"
+#include "core/error.h"
+#include "core/json_file.h"
+
+namespace dflash {
+namespace {
+
+using nlohmann::json;
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json value_pair(const ValuePair& p) {
+  return {{"row", p.row}, {"col", p.col}, {"expected", number(p.expected)}, {"actual", number(p.actual)}};
+}
+
+json stage_to_json(const StageCheck& s) {
+  json j = {{"stage", s.stage},
+            {"order", s.order},
+            {"passed", s.passed},
+            {"ratio", number(s.ratio)},
+            {"bound", {{"rel_rms", s.bound.rel_rms}, {"max_rel", s.bound.max_rel}, {"estimate", s.bound.estimate}}}};
+  if (!s.shape_ok) {
+    j["shape_fault"] = s.shape_detail;
+  } else {
+    const TensorMetrics& m = s.metrics;
+    j["rows"] = m.rows;
+    j["cols"] = m.cols;
+    j["non_finite"] = m.non_finite;
+    if (m.non_finite > 0) j["first_non_finite"] = value_pair(m.first_non_finite);
+    j["max_abs"] = number(m.max_abs);
+    j["worst_abs"] = value_pair(m.worst_abs);
+    j["max_rel"] = number(m.max_rel);
+    j["worst_rel"] = value_pair(m.worst_rel);
+    j["rel_rms"] = number(m.max_row_rel_rms);
+    j["worst_rms_row"] = m.worst_rms_row;
+    j["nmse"] = number(m.nmse);
+    j["cosine"] = number(m.cosine);
+    j["max_bf16_ulp"] = m.max_bf16_ulp;
+    // The smallest bounds this stage would have passed with (its own measures).
+    j["passing_tolerance"] = {{"rel_rms", number(m.max_row_rel_rms)}, {"max_rel", number(m.max_rel)}};
+  }
+  if (!s.passed) {
+    j["fail"] = {{"row", s.fail_row},       {"col", s.fail_col},
+                 {"criterion", s.fail_criterion}, {"value", number(s.fail_value)},
+                 {"bound", number(s.fail_bound)}, {"expected", number(s.fail_expected)},
+                 {"actual", number(s.fail_actual)}};
+  }
+  return j;
+}
+
+json divergence_to_json(const Divergence& d) {
+  return {{"pair", d.pair},         {"step", d.step},          {"seq", d.seq},
+          {"stage", d.stage},       {"layer", d.layer},        {"row", d.row},
+          {"col", d.col},           {"expected", number(d.expected)}, {"actual", number(d.actual)},
+          {"criterion", d.criterion}, {"value", number(d.value)},  {"bound", number(d.bound)},
+          {"detail", d.detail},     {"text", describe_divergence(d)}};
+}
+
+// The worst check of each stage over all steps and sequences of one pair, in forward order: what
+// the HTML plot draws.
+json stage_summary(const ReplayResult& result, int pair) {
+  struct Worst {
+    const StageCheck* check = nullptr;
+    int step = -1, seq = -1;
+  };
+  std::map<int, Worst> by_order;
+  for (const SequenceResult& seq : result.sequences) {
+    if (seq.pair != pair) continue;
+    for (const StageCheck& check : seq.stages) {
+      Worst& w = by_order[check.order];
+      const bool worse = w.check == nullptr || (!check.passed && w.check->passed) ||
+                         (check.passed == w.check->passed && check.ratio > w.check->ratio);
+      if (worse) w = {&check, seq.step, seq.seq};
+    }
+  }
+  json out = json::array();
+  for (const auto& [order, w] : by_order) {
+    out.push_back({{"stage", w.check->stage},
+                   {"order", order},
+                   {"passed", w.check->passed},
+                   {"ratio", number(w.check->ratio)},
+                   {"step", w.step},
+                   {"seq", w.seq},
+                   {"rel_rms", number(w.check->metrics.max_row_rel_rms)},
+                   {"max_rel", number(w.check->metrics.max_rel)},
+                   {"bound_rel_rms", w.check->bound.rel_rms},
+                   {"bound_max_rel", w.check->bound.max_rel}});
+  }
+  return out;
+}
+
+json model_to_json(const ErrorModel& m) {
+  return {{"name", m.name}, {"storage", m.storage}, {"accumulation", m.accumulation},
+          {"weights", m.weights}, {"floor", m.floor}};
+}
+
+void require(const json& j, const char* key, json::value_t type, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw bad_input(where + ": missing field '" + key + "'");
+  const json& v = j.at(key);
+  if (v.type() != type) throw bad_input(where + ": field '" + key + "' has the wrong type (" + v.type_name() + ")");
+}
+
+}  // namespace
+
+json replay_result_to_json(const ReplayResult& result) {
+  json j;
+  j["fixture"] = result.fixture_name;
+  j["dir"] = result.fixture_dir;
+  j["expect_precision"] = result.expect_precision;
+  j["num_layers"] = result.num_layers;
+  j["total_steps"] = result.total_steps;
+  j["steps_run"] = result.steps_run;
+  j["verdict"] = result.passed() ? "pass" : "fail";
+  j["safety_factor"] = kSafetyFactor;
+  j["stage_order"] = forward_stage_order(result.num_layers);
+
+  json proposers = json::array();
+  for (const ProposerSummary& p : result.proposers) {
+    json levers = json::array();
+    for (const auto& [key, value] : p.levers) levers.push_back({key, value});
+    proposers.push_back({{"name", p.name}, {"precision", p.precision}, {"levers", levers}});
+  }
+  j["proposers"] = proposers;
+
+  json pairs = json::array();
+  for (size_t i = 0; i < result.pairs.size(); ++i) {
+    const PairSummary& pair = result.pairs[i];
+    const PairTotals totals = pair_totals(result, static_cast<int>(i));
+    pairs.push_back({{"label", pair.label},
+                     {"expected", pair.expected_lane < 0 ? json("fixture") : json(result.proposers[pair.expected_lane].name)},
+                     {"actual", result.proposers[pair.actual_lane].name},
+                     {"expected_model", model_to_json(pair.tolerance.expected)},
+                     {"actual_model", model_to_json(pair.tolerance.actual)},
+                     {"shared_quantized_weights", pair.tolerance.shared_quantized_weights},
+                     {"sequences", totals.sequences},
+                     {"failed_sequences", totals.failed_sequences},
+                     {"tokens", {{"agree", totals.agree}, {"tie_excused", totals.excused}, {"mismatch", totals.mismatch}}},
+                     {"worst_ratio", number(totals.worst_ratio)},
+                     {"worst_stage", totals.worst_stage},
+                     {"stages", stage_summary(result, static_cast<int>(i))}});
+  }
+  j["pairs"] = pairs;
+
+  json sequences = json::array();
+  for (const SequenceResult& seq : result.sequences) {
+    json s = {{"step", seq.step},
+              {"seq", seq.seq},
+              {"pair", seq.pair},
+              {"requested_width", seq.requested_width},
+              {"block_width", seq.block_width},
+              {"start", seq.start},
+              {"window", seq.window},
+              {"passed", seq.passed()},
+              {"problems", seq.problems}};
+    json stages = json::array();
+    for (const StageCheck& check : seq.stages) stages.push_back(stage_to_json(check));
+    s["stages"] = stages;
+    if (seq.tokens) {
+      json rows = json::array();
+      for (const TokenRow& row : seq.tokens->rows) {
+        if (row.verdict == TokenVerdict::kAgree) continue;  // only the disagreements, to keep it short
+        rows.push_back({{"row", row.row}, {"expected", row.expected}, {"actual", row.actual},
+                        {"verdict", token_verdict_name(row.verdict)}, {"gap", number(row.gap)},
+                        {"threshold", number(row.threshold)}});
+      }
+      s["tokens"] = {{"agree", seq.tokens->agree}, {"tie_excused", seq.tokens->excused},
+                     {"mismatch", seq.tokens->mismatch}, {"disagreements", rows}};
+    }
+    if (seq.divergence) s["divergence"] = divergence_to_json(*seq.divergence);
+    sequences.push_back(s);
+  }
+  j["sequences"] = sequences;
+
+  json invariants = json::array();
+  for (const InvariantFailure& f : result.invariant_failures) {
+    invariants.push_back({{"step", f.step}, {"proposer", f.proposer}, {"invariant", f.invariant}, {"detail", f.detail}});
+  }
+  j["invariant_failures"] = invariants;
+  j["first_divergence"] = result.first_divergence ? divergence_to_json(*result.first_divergence) : json(nullptr);
+  return j;
+}
+
+json replay_error_to_json(const std::string& fixture, const std::string& message, int exit_code) {
+  return {{"fixture", fixture}, {"error", message}, {"exit_code", exit_code}};
+}
+
+json make_report_document(const std::vector<json>& results, const std::vector<json>& errors) {
+  return {{"format", kReportFormat}, {"version", kReportVersion}, {"results", results}, {"errors", errors}};
+}
+
+void write_report_document(const std::string& path, const json& document) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw bad_input(path + ": cannot open for writing");
+  out << document.dump(1) << '\n';
+  if (!out) throw bad_input(path + ": write failed");
+}
+
+json read_report_document(const std::string& path) {
+  const json doc = read_json_file_strict(path);
+  require(doc, "format", json::value_t::string, path);
+  if (doc["format"] != kReportFormat) {
+    throw bad_input(path + ": field 'format' is '" + doc["format"].get<std::string>() + "', not '" + kReportFormat + "'");
+  }
+  if (!doc.contains("version") || !doc["version"].is_number_integer()) {
+    throw bad_input(path + ": field 'version' is missing or not an integer");
+  }
+  if (doc["version"].get<int>() > kReportVersion) {
+    throw bad_input(path + ": report version " + std::to_string(doc["version"].get<int>()) +
+                    " is newer than this harness reads (" + std::to_string(kReportVersion) + ")");
+  }
+  require(doc, "results", json::value_t::array, path);
+  require(doc, "errors", json::value_t::array, path);
+  for (size_t i = 0; i < doc["results"].size(); ++i) {
+    const json& r = doc["results"][i];
+    const std::string where = path + ": results[" + std::to_string(i) + "]";
+    require(r, "fixture", json::value_t::string, where);
+    require(r, "verdict", json::value_t::string, where);
+    require(r, "stage_order", json::value_t::array, where);
+    require(r, "proposers", json::value_t::array, where);
+    require(r, "pairs", json::value_t::array, where);
+    require(r, "invariant_failures", json::value_t::array, where);
+    for (size_t p = 0; p < r["pairs"].size(); ++p) {
+      const std::string pw = where + ".pairs[" + std::to_string(p) + "]";
+      require(r["pairs"][p], "label", json::value_t::string, pw);
+      require(r["pairs"][p], "stages", json::value_t::array, pw);
+      require(r["pairs"][p], "tokens", json::value_t::object, pw);
+      for (size_t k = 0; k < r["pairs"][p]["stages"].size(); ++k) {
+        const json& stage = r["pairs"][p]["stages"][k];
+        const std::string sw = pw + ".stages[" + std::to_string(k) + "]";
+        require(stage, "stage", json::value_t::string, sw);
+        require(stage, "passed", json::value_t::boolean, sw);
+        if (!stage.contains("ratio") || !(stage["ratio"].is_number() || stage["ratio"].is_null())) {
+          throw bad_input(sw + ": field 'ratio' is missing or not a number");
+        }
+      }
+    }
+    if (!r.contains("first_divergence")) throw bad_input(where + ": missing field 'first_divergence'");
+    if (!r["first_divergence"].is_null()) {
+      require(r["first_divergence"], "text", json::value_t::string, where + ".first_divergence");
+      require(r["first_divergence"], "stage", json::value_t::string, where + ".first_divergence");
+      require(r["first_divergence"], "pair", json::value_t::string, where + ".first_divergence");
+    }
+  }
+  for (size_t i = 0; i < doc["errors"].size(); ++i) {
+    const std::string where = path + ": errors[" + std::to_string(i) + "]";
+    require(doc["errors"][i], "fixture", json::value_t::string, where);
+    require(doc["errors"][i], "error", json::value_t::string, where);
+  }
+  return doc;
+}
+
+}  // namespace dflash

@@ -1,0 +1,142 @@
+#include "compare/report_table.h"
+
+#include <algorithm>
+#include <string>
+
+#include "compare/text_format.h"
+
+namespace dflash {
+namespace {
+
+std::string fixture_label(const ReplayResult& r) { return dflash::fixture_label(r.fixture_name, r.fixture_dir); }
+
+std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
+
+std::string precisions_of(const ReplayResult& result, const PairSummary& pair) {
+  const std::string actual = result.proposers[pair.actual_lane].precision;
+  const std::string expected =
+      pair.expected_lane < 0 ? result.expect_precision : result.proposers[pair.expected_lane].precision;
+  return expected + "/" + actual;
+}
+
+void print_stage_line(std::ostream& out, const StageCheck& s) {
+  out << "    " << pad(s.stage, 16) << (s.passed ? "ok   " : "FAIL ");
+  if (!s.shape_ok) {
+    out << s.shape_detail << "\n";
+    return;
+  }
+  const TensorMetrics& m = s.metrics;
+  out << "err/bound " << pad(format_number(s.ratio), 9) << " relRMS " << pad(format_number(m.max_row_rel_rms), 9) << "(<= "
+      << pad(format_number(s.bound.rel_rms) + ")", 10) << " maxRel " << pad(format_number(m.max_rel), 9) << "(<= "
+      << pad(format_number(s.bound.max_rel) + ")", 10) << " NMSE " << pad(format_number(m.nmse), 9) << " cos " << pad(format_number(m.cosine, "%.6f"), 9)
+      << " bf16ulp " << m.max_bf16_ulp;
+  if (m.non_finite > 0) out << " non-finite " << m.non_finite;
+  out << "\n";
+}
+
+void print_sequence_walk(std::ostream& out, const ReplayResult& result, const SequenceResult& seq, bool up_to_failure) {
+  out << "  [" << result.pairs[seq.pair].label << "] step " << seq.step << ", sequence " << seq.seq << ", start "
+      << seq.start << ", width " << seq.block_width << " (requested " << seq.requested_width << "), window "
+      << seq.window << "\n";
+  for (const StageCheck& s : seq.stages) {
+    print_stage_line(out, s);
+    if (up_to_failure && !s.passed) break;
+  }
+  if (seq.tokens) {
+    out << "    draft tokens: " << seq.tokens->agree << " agree, " << seq.tokens->excused << " tie-excused, "
+        << seq.tokens->mismatch << " mismatch\n";
+    for (const TokenRow& row : seq.tokens->rows) {
+      if (row.verdict == TokenVerdict::kAgree) continue;
+      out << "      row " << row.row << ": expected " << row.expected << ", actual " << row.actual << " ("
+          << token_verdict_name(row.verdict) << ": gap " << format_number(row.gap) << ", threshold " << format_number(row.threshold)
+          << ")\n";
+    }
+  }
+  for (const std::string& problem : seq.problems) out << "    problem: " << problem << "\n";
+}
+
+}  // namespace
+
+void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results) {
+  const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "worst stage (error/bound)",
+                                           "tokens a/e/m", "verdict"};
+  std::vector<std::vector<std::string>> rows;
+  for (const ReplayResult& r : results) {
+    for (size_t p = 0; p < r.pairs.size(); ++p) {
+      const PairTotals t = pair_totals(r, static_cast<int>(p));
+      const bool pair_ok = t.failed_sequences == 0;
+      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]),
+                      std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps),
+                      t.worst_stage.empty() ? "-" : t.worst_stage + " " + format_number(t.worst_ratio),
+                      std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
+                      pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
+    }
+    if (r.pairs.empty()) {
+      rows.push_back({fixture_label(r), "(nothing compared)", "-", std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps),
+                      "-", "-", r.passed() ? "PASS" : "FAIL"});
+    }
+  }
+  std::vector<size_t> widths(header.size());
+  for (size_t c = 0; c < header.size(); ++c) {
+    widths[c] = header[c].size();
+    for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
+  }
+  const auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) out << (c ? "  " : "") << pad(cells[c], c + 1 < cells.size() ? widths[c] : 0);
+    out << "\n";
+  };
+  line(header);
+  std::vector<std::string> rule;
+  for (size_t w : widths) rule.push_back(std::string(w, '-'));
+  line(rule);
+  for (const auto& row : rows) line(row);
+}
+
+void print_levers(std::ostream& out, const ReplayResult& result) {
+  for (const ProposerSummary& p : result.proposers) {
+    out << "  drafter " << p.name << " (" << p.precision << "):";
+    for (const auto& [key, value] : p.levers) out << " " << key << "=" << value;
+    out << "\n";
+  }
+}
+
+void print_result_report(std::ostream& out, const ReplayResult& result) {
+  out << "\n" << fixture_label(result) << ": " << (result.passed() ? "PASS" : "FAIL") << "\n";
+  print_levers(out, result);
+  if (result.first_divergence) {
+    out << "  " << describe_divergence(*result.first_divergence) << "\n";
+    for (const SequenceResult& seq : result.sequences) {
+      if (seq.step == result.first_divergence->step && seq.seq == result.first_divergence->seq &&
+          result.pairs[seq.pair].label == result.first_divergence->pair) {
+        print_sequence_walk(out, result, seq, /*up_to_failure=*/true);
+        break;
+      }
+    }
+  }
+  for (const InvariantFailure& f : result.invariant_failures) {
+    out << "  invariant '" << f.invariant << "' broken after step " << f.step << " by " << f.proposer << ": "
+        << f.detail << "\n";
+  }
+}
+
+bool print_bisect_report(std::ostream& out, const ReplayResult& result, int step, int seq) {
+  bool found = false;
+  print_levers(out, result);
+  for (const SequenceResult& s : result.sequences) {
+    if (s.step != step || s.seq != seq) continue;
+    found = true;
+    if (s.divergence) {
+      out << "  " << describe_divergence(*s.divergence) << "\n";
+    } else {
+      out << "  [" << result.pairs[s.pair].label << "] step " << step << ", sequence " << seq
+          << ": every stage within its bound\n";
+    }
+    print_sequence_walk(out, result, s, /*up_to_failure=*/false);
+  }
+  for (const InvariantFailure& f : result.invariant_failures) {
+    if (f.step == step) out << "  invariant '" << f.invariant << "' broken by " << f.proposer << ": " << f.detail << "\n";
+  }
+  return found;
+}
+
+}  // namespace dflash

@@ -1,0 +1,169 @@
+// `dflash-harness replay` end to end: the bundled oracle fixtures, the engine-style captures (clean
+// pass, planted fail naming their stage), single corrupted expectations, the malformed-input table,
+// the CUDA backend in a CPU build, and usage errors.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/fixture_surgery.h"
+#include "tests/cli/harness_runner.h"
+#include "tests/io/malformed_cases.h"
+
+namespace dflash::cli_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kOracleDir = std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle";
+const std::string kCapturesDir = std::string(DFLASH_SOURCE_DIR) + "/../shared/captures";
+
+std::vector<std::string> fixture_dirs(const std::string& parent) {
+  std::vector<std::string> dirs;
+  for (const auto& entry : fs::directory_iterator(parent)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "fixture.json")) dirs.push_back(entry.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+TEST(ReplayCli, EveryBundledOracleFixturePassesOnTheReference) {
+  const std::vector<std::string> dirs = fixture_dirs(kOracleDir);
+  ASSERT_GE(dirs.size(), 7u) << "the bundled oracle fixtures are missing from " << kOracleDir;
+  for (const std::string& dir : dirs) {
+    const RunResult r = run_harness({"replay", dir});
+    EXPECT_EQ(r.exit_code, 0) << dir << "\n" << r.output;
+    EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("fixture(fp64) vs reference-fp64"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("drafter reference-fp64"), std::string::npos) << "levers missing:\n" << r.output;
+  }
+  // All at once, too: one table, one exit code.
+  std::vector<std::string> args = {"replay"};
+  args.insert(args.end(), dirs.begin(), dirs.end());
+  EXPECT_EQ(run_harness(args).exit_code, 0);
+}
+
+TEST(ReplayCli, CleanBf16CapturesPass) {
+  if (!fs::exists(kCapturesDir)) GTEST_SKIP() << "no engine captures at " << kCapturesDir << " (shared/ not checked out)";
+  const std::vector<std::string> dirs = fixture_dirs(kCapturesDir + "/bf16");
+  ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) {
+    const RunResult r = run_harness({"replay", dir});
+    EXPECT_EQ(r.exit_code, 0) << dir << "\n" << r.output;
+    EXPECT_NE(r.output.find("fixture(bf16) vs reference-fp64"), std::string::npos) << r.output;
+  }
+}
+
+TEST(ReplayCli, PlantedCapturesFailNamingTheirFirstStage) {
+  if (!fs::exists(kCapturesDir)) GTEST_SKIP() << "no engine captures at " << kCapturesDir << " (shared/ not checked out)";
+  const std::vector<std::string> dirs = fixture_dirs(kCapturesDir + "/planted");
+  ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) {
+    const nlohmann::json expect = nlohmann::json::parse(read_file(dir + ".expect.json"));
+    const std::string stage = expect.at("first_stage").get<std::string>();
+    const int step = expect.at("first_step").is_null() ? 0 : expect.at("first_step").get<int>();
+    const RunResult r = run_harness({"replay", dir});
+    EXPECT_EQ(r.exit_code, 1) << dir << "\n" << r.output;
+    const std::string named = "step " + std::to_string(step) + ", sequence 0: first divergence at " + stage + " ";
+    EXPECT_NE(r.output.find(named), std::string::npos) << "expected '" << named << "' in:\n" << r.output;
+  }
+}
+
+// A copy of the bundled tiny-gqa fixture with one tensor of its trace rewritten.
+std::string corrupted(const std::string& name, const std::string& tensor,
+                      const std::function<void(std::vector<float>&)>& edit_f32,
+                      const std::function<void(std::vector<int32_t>&)>& edit_i32 = {}) {
+  const std::string dir = scratch_dir(name) + "/tiny-gqa";
+  copy_fixture(kOracleDir + "/tiny-gqa", dir);
+  edit_trace_tensor(dir, tensor, edit_f32, edit_i32);
+  return dir;
+}
+
+TEST(ReplayCli, OneCorruptedLogitFailsNamingStepSequenceAndStage) {
+  // Logits of step 2 are [7, 500]; element (1, 5) moves by 0.5, far past 1e-6 of the row's max.
+  const std::string dir = corrupted("logit", "s2.q0.logits", [](std::vector<float>& v) { v[1 * 500 + 5] += 0.5f; });
+  const RunResult r = run_harness({"replay", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("step 2, sequence 0: first divergence at logits, row 1, column 5"), std::string::npos)
+      << r.output;
+}
+
+TEST(ReplayCli, OneCorruptedDraftTokenFailsNamingStepSequenceAndStage) {
+  const std::string dir = corrupted("draft", "s3.q0.drafts", {}, [](std::vector<int32_t>& v) { v[2] = (v[2] + 17) % 500; });
+  const RunResult r = run_harness({"replay", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("step 3, sequence 0: first divergence at draft_tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("row 2"), std::string::npos) << r.output;
+}
+
+TEST(ReplayCli, OneCorruptedTapFailsNamingStepSequenceAndStage) {
+  // L1.attn of step 4 is [8, 96]; element (0, 3) moves by 0.25.
+  const std::string dir = corrupted("tap", "s4.q0.tap.L1.attn", [](std::vector<float>& v) { v[3] += 0.25f; });
+  const RunResult r = run_harness({"replay", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("step 4, sequence 0: first divergence at L1.attn (layer 1), row 0, column 3"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(ReplayCli, EveryMalformedFixtureExitsTwoWithItsMessage) {
+  const auto& cases = dflash::testing::malformed_cases();
+  ASSERT_GE(cases.size(), 24u);
+  const std::string work = scratch_dir("malformed");
+  for (const auto& c : cases) {
+    const std::string dir = c.build(work);
+    const RunResult r = run_harness({"replay", dir});
+    EXPECT_EQ(r.exit_code, 2) << c.name << "\n" << r.output;
+    EXPECT_NE(r.output.find("error: "), std::string::npos) << c.name << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos)
+        << c.name << ": expected '" << c.expected << "' in:\n" << r.output;
+  }
+}
+
+TEST(ReplayCli, CudaBackendInACpuBuildCannotRunHere) {
+#if DFLASH_HAVE_CUDA
+  GTEST_SKIP() << "this build has the CUDA drafter; exit 125 is for builds without it";
+#else
+  for (const char* backend : {"cuda", "both"}) {
+    const RunResult r = run_harness({"replay", "--backend", backend, kOracleDir + "/tiny-mha"});
+    EXPECT_EQ(r.exit_code, 125) << r.output;
+    EXPECT_NE(r.output.find("built without the CUDA drafter"), std::string::npos) << r.output;
+  }
+#endif
+}
+
+TEST(ReplayCli, UsageErrorsExitTwoAndHelpExitsZero) {
+  EXPECT_EQ(run_harness({}).exit_code, 2);
+  EXPECT_EQ(run_harness({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(run_harness({"replay"}).exit_code, 2);  // no fixture
+  EXPECT_EQ(run_harness({"replay", "--backend", "tpu", kOracleDir + "/tiny-mha"}).exit_code, 2);
+  EXPECT_EQ(run_harness({"replay", "--precision", "fp16", kOracleDir + "/tiny-mha"}).exit_code, 2);
+  EXPECT_EQ(run_harness({"replay", "--no-such-flag", kOracleDir + "/tiny-mha"}).exit_code, 2);
+  const RunResult missing = run_harness({"replay", scratch_dir("empty") + "/nothing-here"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("nothing-here"), std::string::npos) << missing.output;
+  const RunResult help = run_harness({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* command : {"replay", "bisect", "make-fixture", "inspect", "report"}) {
+    EXPECT_NE(help.output.find(command), std::string::npos) << help.output;
+    const RunResult sub = run_harness({command, "--help"});
+    EXPECT_EQ(sub.exit_code, 0) << command << "\n" << sub.output;
+    EXPECT_NE(sub.output.find("Usage"), std::string::npos) << sub.output;
+  }
+}
+
+TEST(ReplayCli, JsonReportIsWrittenAndFailingFixturesAreNamedInIt) {
+  const std::string dir = corrupted("json", "s1.q0.tap.L0.q", [](std::vector<float>& v) { v[10] = -v[10] - 1.0f; });
+  const std::string json_path = scratch_dir("out") + "/report.json";
+  const RunResult r = run_harness({"replay", "--json", json_path, dir, kOracleDir + "/tiny-mha"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(read_file(json_path));
+  ASSERT_EQ(doc["results"].size(), 2u);
+  EXPECT_EQ(doc["results"][0]["verdict"], "fail");
+  EXPECT_EQ(doc["results"][0]["first_divergence"]["stage"], "L0.q");
+  EXPECT_EQ(doc["results"][0]["first_divergence"]["step"], 1);
+  EXPECT_EQ(doc["results"][1]["verdict"], "pass");
+}
+
+}  // namespace
+}  // namespace dflash::cli_test

@@ -1,0 +1,137 @@
+// The table, JSON and HTML writers on a replay with one planted fault, and the report reader's
+// refusals.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "compare/replay.h"
+#include "compare/report_html.h"
+#include "compare/report_json.h"
+#include "compare/report_table.h"
+#include "compare/text_format.h"
+#include "core/error.h"
+#include "tests/compare/scripted_proposer.h"
+
+namespace dflash {
+namespace {
+
+using namespace testing_support;
+
+// One sequence, two proposes; the fixture's L0.q of step 1 is corrupted.
+ReplayResult failing_result() {
+  Fixture f;
+  f.name = "planted";
+  f.expect_precision = "bf16";
+  f.config = scripted_config();
+  f.head.gamma = 4;
+  f.head.ctx_cap = 64;
+  f.head.kv_page_size = 4;
+  for (int step = 0; step < 2; ++step) {
+    ProposeEntry e;
+    e.seq = 0;
+    e.ctx = Tensor::zeros({3, 4});
+    e.start = 3 * (step + 1);
+    e.anchor = step;
+    e.block_width = 4;
+    ExpectedOutputs x;
+    x.logits = scripted_logits(e.anchor, 4);
+    x.draft_tokens = scripted_drafts(e.anchor, 4);
+    for (size_t t = 0; t < scripted_tap_names().size(); ++t) {
+      x.taps.push_back({scripted_tap_names()[t], scripted_tap_tensor(0, e.start, static_cast<int>(t), 4)});
+    }
+    if (step == 1) x.taps[1].value.row(0)[2] = -7.0f;
+    e.expect = x;
+    FixtureStep s;
+    s.propose = {e};
+    f.steps.push_back(s);
+  }
+  ScriptedProposer drafter("reference-fp64", f.head);
+  return replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + name;
+}
+
+TEST(Report, TableNamesTheVerdictAndTheFirstDivergence) {
+  const ReplayResult r = failing_result();
+  std::ostringstream out;
+  print_replay_table(out, {r});
+  print_result_report(out, r);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("planted"), std::string::npos) << text;
+  EXPECT_NE(text.find("FAIL"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 1, sequence 0: first divergence at L0.q (layer 0), row 0, column 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rule=scripted"), std::string::npos) << text;  // the drafter's levers
+  EXPECT_NE(text.find("bf16/fp64"), std::string::npos) << text;
+}
+
+TEST(Report, BisectReportWalksEveryStageOfOneSequence) {
+  const ReplayResult r = failing_result();
+  std::ostringstream out;
+  EXPECT_TRUE(print_bisect_report(out, r, 1, 0));
+  EXPECT_NE(out.str().find("L0.v"), std::string::npos);  // after the failing stage too
+  std::ostringstream none;
+  EXPECT_FALSE(print_bisect_report(none, r, 1, 5));
+}
+
+TEST(Report, JsonRoundTripAndHtmlHighlightsTheFailingStage) {
+  const ReplayResult r = failing_result();
+  const nlohmann::json result = replay_result_to_json(r);
+  EXPECT_EQ(result["verdict"], "fail");
+  EXPECT_EQ(result["first_divergence"]["stage"], "L0.q");
+  EXPECT_EQ(result["first_divergence"]["step"], 1);
+  EXPECT_EQ(result["pairs"][0]["stages"].size(), 4u);
+  const std::string path = temp_path("report.json");
+  write_report_document(path, make_report_document({result}, {replay_error_to_json("broken", "bad file", 2)}));
+  const nlohmann::json doc = read_report_document(path);
+  const std::string html = render_html_report({doc});
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("class=\"bar fail first-divergence\" data-stage=\"L0.q\""), std::string::npos);
+  EXPECT_NE(html.find("class=\"bar pass\" data-stage=\"embed\""), std::string::npos);
+  EXPECT_NE(html.find("first divergence: L0.q"), std::string::npos);
+  EXPECT_NE(html.find("bad file"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external resources
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+}
+
+void expect_refused(const std::string& text, const std::string& needle) {
+  const std::string path = temp_path("bad.json");
+  std::ofstream(path) << text;
+  try {
+    read_report_document(path);
+    FAIL() << "accepted: " << text;
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Report, ReaderRefusesMalformedDocumentsNamingTheField) {
+  expect_refused("not json", "not valid JSON");
+  expect_refused(R"({"format": "other", "version": 1, "results": [], "errors": []})", "format");
+  expect_refused(R"({"format": "dflash-harness-report", "version": 9, "results": [], "errors": []})", "version 9");
+  expect_refused(R"({"format": "dflash-harness-report", "version": 1, "errors": []})", "'results'");
+  expect_refused(R"({"format": "dflash-harness-report", "version": 1, "results": [{"fixture": "x"}], "errors": []})",
+                 "results[0]: missing field 'verdict'");
+}
+
+TEST(Report, NumbersAndFixtureLabels) {
+  EXPECT_EQ(format_number(0.000123456), "0.000123");
+  EXPECT_EQ(format_number(1.0 / 0.0), "inf");
+  EXPECT_EQ(format_number(-1.0 / 0.0), "-inf");
+  EXPECT_EQ(format_number(0.0 / 0.0), "nan");
+  EXPECT_EQ(fixture_label("tiny-gqa", "/c/planted/tiny-gqa.q-half-ktile"), "tiny-gqa (tiny-gqa.q-half-ktile)");
+  EXPECT_EQ(fixture_label("tiny-gqa", "/c/bf16/tiny-gqa/"), "tiny-gqa");
+  EXPECT_EQ(fixture_label("scripted", ""), "scripted");
+}
+
+TEST(Report, HtmlEscapesText) { EXPECT_EQ(html_escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"); }
+
+}  // namespace
+}  // namespace dflash

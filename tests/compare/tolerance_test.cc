@@ -1,0 +1,205 @@
+// The tolerance model: the path counts and bounds against hand derivations, and for every pair of
+// the model a value just past each bound fails while the largest value inside it passes.
+#include "compare/tolerance.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "compare/stage_check.h"
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+DrafterConfig hand_config() {
+  DrafterConfig c;
+  c.hidden_size = 8;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  c.intermediate_size = 16;
+  c.vocab_size = 32;
+  c.target_layer_ids = {1, 2};
+  c.target_hidden_size = 8;
+  c.block_size = 4;
+  return c;
+}
+
+void expect_path(const StagePath& p, int roundings, int fp8_gemms, int64_t accumulation, const std::string& stage) {
+  EXPECT_EQ(p.roundings, roundings) << stage;
+  EXPECT_EQ(p.fp8_gemms, fp8_gemms) << stage;
+  EXPECT_EQ(p.accumulation, accumulation) << stage;
+}
+
+TEST(Tolerance, StagePathsOfAHandConfig) {
+  // H 8, nh·d 8, nkv·d 4, I 16, nT·Ht 16, window 10, B 4. Counted by hand from the table in
+  // docs/tolerances.md: fc(1) + RMSNorm(2); q/k = RMSNorm + proj(1) + q_norm(2) + RoPE(3); ...
+  const auto paths = stage_paths(hand_config(), 10, 4);
+  expect_path(paths.at("ctx_proj"), 3, 0, 16 + 8, "ctx_proj");
+  expect_path(paths.at("embed"), 0, 0, 0, "embed");
+  expect_path(paths.at("L0.attn_norm"), 2, 0, 8, "attn_norm");
+  expect_path(paths.at("L0.q"), 8, 1, 8 + 8 + 4, "q");
+  expect_path(paths.at("L0.k"), 8, 1, 8 + 8 + 4, "k");
+  expect_path(paths.at("L0.v"), 3, 1, 8 + 8, "v");
+  // longest(attn_norm, ctx_proj) = (3, 0, 24), + q (6, 1, 12) + k (6, 1, 12) + v (1, 1, 8)
+  // + attention (3, 0, 4 + 2·14).
+  expect_path(paths.at("L0.attn"), 19, 3, 24 + 12 + 12 + 8 + 32, "attn");
+  expect_path(paths.at("L0.o_proj"), 20, 4, 88 + 8, "o_proj");
+  expect_path(paths.at("L0.mlp_norm"), 23, 4, 96 + 8, "mlp_norm");
+  expect_path(paths.at("L0.mlp"), 28, 7, 104 + 8 + 8 + 16, "mlp");
+  expect_path(paths.at("L0.out"), 29, 7, 136, "out");
+  expect_path(paths.at("final_norm"), 31, 7, 144, "final_norm");
+  expect_path(paths.at("logits"), 32, 8, 152, "logits");
+  EXPECT_EQ(paths.size(), 13u);
+}
+
+TEST(Tolerance, ContractBoundsForFp64AndFp32Expectations) {
+  const StagePath path = {32, 8, 152};
+  const StageBound fp64 = stage_bound(fixture_pair("fp64", Precision::kFp64, "reference-fp64"), path, 64);
+  EXPECT_DOUBLE_EQ(fp64.rel_rms, 1e-6);
+  EXPECT_DOUBLE_EQ(fp64.max_rel, 1e-6);
+  const StageBound fp32 = stage_bound(fixture_pair("fp32", Precision::kFp64, "reference-fp64"), path, 64);
+  EXPECT_DOUBLE_EQ(fp32.rel_rms, 1e-4);
+  EXPECT_DOUBLE_EQ(fp32.max_rel, 1e-4);
+}
+
+TEST(Tolerance, Bf16BoundByHand) {
+  // Four bf16 roundings and nothing else: E_bf16 = sqrt(4·2^-16 + 2^-48) ~ 2^-7, E_fp64 ~ 2^-24;
+  // bound = 2·(E_bf16 + E_fp64); tail = bound·sqrt(2·ln(2·64)).
+  const StagePath path = {4, 0, 0};
+  const StageBound b = stage_bound(fixture_pair("bf16", Precision::kFp64, "reference-fp64"), path, 64);
+  const double e_bf16 = std::sqrt(4 * std::ldexp(1.0, -16) + std::ldexp(1.0, -48));
+  const double e_fp64 = std::sqrt(4 * std::ldexp(1.0, -106) + std::ldexp(1.0, -48));
+  EXPECT_NEAR(b.rel_rms, 2 * (e_bf16 + e_fp64), 1e-15);
+  EXPECT_NEAR(b.rel_rms, 0.015625, 1e-6);
+  EXPECT_NEAR(b.max_rel, b.rel_rms * std::sqrt(2 * std::log(128.0)), 1e-15);
+}
+
+TEST(Tolerance, SharedQuantizedWeightsCancelAndTheEnvelopeKeepsThem) {
+  const StagePath one_fp8_gemm = {0, 1, 0};
+  const StageBound tight = stage_bound(cross_pair(Precision::kFp8, "reference-fp8", Precision::kFp8, "cuda-fp8"),
+                                       one_fp8_gemm, 64);
+  const StageBound bf16 = stage_bound(cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16"),
+                                      one_fp8_gemm, 64);
+  const StageBound envelope = stage_bound(
+      cross_pair(Precision::kBf16, "reference-bf16", Precision::kFp8, "cuda-fp8"), one_fp8_gemm, 64);
+  EXPECT_DOUBLE_EQ(tight.rel_rms, bf16.rel_rms);  // only the fp32 storage terms: 2·2·2^-24
+  EXPECT_NEAR(tight.rel_rms, 4 * std::ldexp(1.0, -24), 1e-20);
+  EXPECT_NEAR(envelope.rel_rms, 2 * (std::ldexp(1.0, -24) + std::sqrt(std::ldexp(1.0, -8) + std::ldexp(1.0, -48))),
+              1e-15);  // ~ 2·2^-4: one E4M3 rounding of every weight
+}
+
+TEST(Tolerance, UnknownExpectPrecisionIsBadInputNamingTheField) {
+  try {
+    fixture_error_model("int4");
+    FAIL() << "no error";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("provenance.expect_precision"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("int4"), std::string::npos);
+  }
+}
+
+// The float closest above 1 whose distance from 1 exceeds `bound`, and the farthest within it.
+float just_past(double bound) {
+  float a = static_cast<float>(1.0 + bound);
+  while (static_cast<double>(a) - 1.0 <= bound) a = std::nextafter(a, std::numeric_limits<float>::infinity());
+  while (static_cast<double>(std::nextafter(a, 0.0f)) - 1.0 > bound) a = std::nextafter(a, 0.0f);
+  return a;
+}
+float just_inside(double bound) {
+  float a = just_past(bound);
+  return std::nextafter(a, 0.0f);
+}
+
+struct PairCase {
+  const char* name;
+  TolerancePair pair;
+};
+
+class EveryPair : public ::testing::TestWithParam<int> {};
+
+std::vector<PairCase> pair_cases() {
+  return {
+      {"fixture fp64 vs reference fp64", fixture_pair("fp64", Precision::kFp64, "reference-fp64")},
+      {"fixture fp32 vs reference fp64", fixture_pair("fp32", Precision::kFp64, "reference-fp64")},
+      {"fixture bf16 vs reference fp64", fixture_pair("bf16", Precision::kFp64, "reference-fp64")},
+      {"fixture fp8 vs reference fp64", fixture_pair("fp8", Precision::kFp64, "reference-fp64")},
+      {"reference bf16 vs cuda bf16", cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16")},
+      {"reference fp8 vs cuda fp8", cross_pair(Precision::kFp8, "reference-fp8", Precision::kFp8, "cuda-fp8")},
+      {"reference bf16 vs cuda fp8", cross_pair(Precision::kBf16, "reference-bf16", Precision::kFp8, "cuda-fp8")},
+  };
+}
+
+constexpr int64_t kCols = 64;
+
+TEST_P(EveryPair, NormCriterionFailsJustPastAndPassesInside) {
+  const PairCase c = pair_cases()[GetParam()];
+  for (const StagePath& path : {StagePath{3, 0, 24}, StagePath{32, 8, 152}}) {
+    const StageBound bound = stage_bound(c.pair, path, kCols);
+    const Tensor expected({2, kCols}, std::vector<float>(2 * kCols, 1.0f));
+    // Every element of row 1 off by the same relative amount: rel RMS = max rel = that amount.
+    Tensor past = expected, inside = expected;
+    for (int64_t j = 0; j < kCols; ++j) {
+      past.row(1)[j] = just_past(bound.rel_rms);
+      inside.row(1)[j] = just_inside(bound.rel_rms);
+    }
+    const StageCheck fail = check_stage("L0.q", 3, expected, past, bound);
+    EXPECT_FALSE(fail.passed) << c.name;
+    EXPECT_EQ(fail.fail_criterion, "rel-rms") << c.name;
+    EXPECT_EQ(fail.fail_row, 1) << c.name;
+    EXPECT_GT(fail.ratio, 1.0) << c.name;
+    const StageCheck pass = check_stage("L0.q", 3, expected, inside, bound);
+    EXPECT_TRUE(pass.passed) << c.name << ": rel RMS " << pass.metrics.max_row_rel_rms << " bound " << bound.rel_rms;
+    EXPECT_LE(pass.ratio, 1.0) << c.name;
+  }
+}
+
+TEST_P(EveryPair, TailCriterionFailsJustPastAndPassesInside) {
+  const PairCase c = pair_cases()[GetParam()];
+  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152}, kCols);
+  ASSERT_LT(bound.max_rel / bound.rel_rms, std::sqrt(static_cast<double>(kCols)))
+      << "one spike must stay inside the norm bound for this test to isolate the tail criterion";
+  const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
+  Tensor past = expected, inside = expected;
+  past.row(0)[17] = just_past(bound.max_rel);
+  inside.row(0)[17] = just_inside(bound.max_rel);
+  const StageCheck fail = check_stage("logits", 24, expected, past, bound);
+  EXPECT_FALSE(fail.passed) << c.name;
+  EXPECT_EQ(fail.fail_criterion, "max-rel") << c.name;
+  EXPECT_EQ(fail.fail_col, 17) << c.name;
+  EXPECT_DOUBLE_EQ(fail.fail_expected, 1.0);
+  EXPECT_DOUBLE_EQ(fail.fail_actual, past.row(0)[17]);
+  EXPECT_TRUE(check_stage("logits", 24, expected, inside, bound).passed) << c.name;
+}
+
+TEST_P(EveryPair, NanAlwaysFails) {
+  const PairCase c = pair_cases()[GetParam()];
+  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152}, kCols);
+  const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
+  Tensor actual = expected;
+  actual.row(0)[5] = std::numeric_limits<float>::quiet_NaN();
+  const StageCheck check = check_stage("logits", 24, expected, actual, bound);
+  EXPECT_FALSE(check.passed);
+  EXPECT_EQ(check.fail_criterion, "non-finite");
+  EXPECT_EQ(check.fail_col, 5);
+  EXPECT_TRUE(std::isinf(check.ratio));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, 7));
+
+TEST(Tolerance, ShapeFaultFails) {
+  const StageBound bound = stage_bound(fixture_pair("bf16", Precision::kFp64, "r"), StagePath{3, 0, 24}, 4);
+  const StageCheck check = check_stage("L0.k", 4, Tensor::zeros({2, 4}), Tensor::zeros({2, 8}), bound);
+  EXPECT_FALSE(check.passed);
+  EXPECT_FALSE(check.shape_ok);
+  EXPECT_EQ(check.fail_criterion, "shape");
+  EXPECT_NE(check.shape_detail.find("[2, 8]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dflash

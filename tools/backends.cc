@@ -1,0 +1,85 @@
+#include "tools/backends.h"
+
+#include "core/error.h"
+#include "reference/reference_drafter.h"
+#if DFLASH_HAVE_CUDA
+#include "cuda/cuda_drafter.h"
+#endif
+
+namespace dflash {
+namespace {
+
+HeadSettings head_for(const Fixture& fixture, Precision precision) {
+  HeadSettings head = fixture.head;
+  head.precision = precision;
+  return head;
+}
+
+std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision) {
+#if DFLASH_HAVE_CUDA
+  return make_cuda_drafter(fixture.config, std::shared_ptr<const DrafterWeights>(fixture.weights),
+                           head_for(fixture, precision), CudaOptions{}.with_environment());
+#else
+  (void)fixture;
+  (void)precision;
+  throw unsupported("this dflash-harness was built without the CUDA drafter; --backend cuda/both cannot run here");
+#endif
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "reference") return Backend::kReference;
+  if (name == "cuda") return Backend::kCuda;
+  if (name == "both") return Backend::kBoth;
+  throw bad_input("--backend '" + name + "' is not one of reference, cuda, both");
+}
+
+Precision resolve_precision(Backend backend, const std::optional<std::string>& precision) {
+  if (!precision) return backend == Backend::kReference ? Precision::kFp64 : Precision::kFp8;
+  Precision p;
+  if (!parse_precision(*precision, &p)) throw bad_input("--precision '" + *precision + "' is not one of fp64, fp32, bf16, fp8");
+  return p;
+}
+
+void check_backend_runs_here(Backend backend, Precision precision) {
+  if (backend == Backend::kReference) return;
+  if (precision != Precision::kBf16 && precision != Precision::kFp8) {
+    throw bad_input(std::string("--precision ") + precision_name(precision) +
+                    ": the CUDA drafter runs bf16 or fp8 (fp64 and fp32 are the reference's alone)");
+  }
+#if DFLASH_HAVE_CUDA
+  std::string why;
+  if (!cuda_device_available(&why)) throw unsupported("no CUDA device can run the CUDA drafter here: " + why);
+#else
+  throw unsupported("this dflash-harness was built without the CUDA drafter (configured with DFLASH_ENABLE_CUDA=OFF "
+                    "or without nvcc); --backend cuda/both cannot run here");
+#endif
+}
+
+DrafterSet make_drafters(Fixture& fixture, Backend backend, Precision precision) {
+  fixture.load_weights();
+  DrafterSet set;
+  const auto add = [&](std::unique_ptr<DraftProposer> drafter, Precision p, bool with_fixture) {
+    set.lanes.push_back({drafter.get(), p, with_fixture});
+    set.drafters.push_back(std::move(drafter));
+  };
+  switch (backend) {
+    case Backend::kReference:
+      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, true);
+      break;
+    case Backend::kCuda:
+      add(make_cuda(fixture, precision), precision, true);
+      break;
+    case Backend::kBoth:
+      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kFp64)),
+          Precision::kFp64, true);
+      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, false);
+      add(make_cuda(fixture, precision), precision, false);
+      set.cross_checks.push_back({1, 2});
+      break;
+  }
+  return set;
+}
+
+}  // namespace dflash

@@ -1,0 +1,55 @@
+// `dflash-harness make-fixture OUT_DIR --seed N --geometry G`: a synthetic fixture.
+#include <iostream>
+#include <memory>
+
+#include "fixtures/synthetic.h"
+#include "tools/commands.h"
+
+namespace dflash {
+namespace {
+
+struct MakeFixtureArgs {
+  std::string out_dir;
+  SyntheticOptions options;
+};
+
+int run_make_fixture(const MakeFixtureArgs& args) {
+  const SyntheticOptions& o = args.options;
+  std::cout << "seed " << o.seed << "\n" << std::flush;
+  make_synthetic_fixture(args.out_dir, o);
+  std::cout << "wrote a " << o.geometry << " fixture to " << args.out_dir << " (seed " << o.seed << ", " << o.steps
+            << " steps, expectations: " << o.expect_precision << ")\n";
+  return kExitPass;
+}
+
+}  // namespace
+
+Command add_make_fixture_command(CLI::App& app) {
+  auto args = std::make_shared<MakeFixtureArgs>();
+  SyntheticOptions& o = args->options;
+  std::string geometries;
+  for (const std::string& name : synthetic_geometry_names()) geometries += (geometries.empty() ? "" : " | ") + name;
+  CLI::App* cmd = app.add_subcommand(
+      "make-fixture", "Write a synthetic fixture: random bf16-valued weights and trace from a seed, expectations "
+                      "from the reference drafter. Same options, same bytes.");
+  cmd->add_option("out_dir", args->out_dir, "Directory to write the fixture into")->required();
+  cmd->add_option("--seed", o.seed, "Seed of the weights and the trace (printed)")->capture_default_str();
+  cmd->add_option("--geometry", o.geometry, geometries)->check(CLI::IsMember(synthetic_geometry_names()))
+      ->capture_default_str();
+  cmd->add_option("--steps", o.steps, "Steps (proposes and releases)")->capture_default_str();
+  cmd->add_option("--sequences", o.sequences, "Distinct sequences joining over the trace")->capture_default_str();
+  cmd->add_option("--widths", o.widths, "Requested block widths, one per propose, cycled (default: gamma)")
+      ->delimiter(',');
+  cmd->add_option("--gamma", o.gamma, "Head gamma (default: the geometry's block_size)");
+  cmd->add_option("--ctx-cap", o.ctx_cap, "Context window in positions")->capture_default_str();
+  cmd->add_option("--page-size", o.page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--max-batch", o.max_batch, "Most sequences in one propose")->capture_default_str();
+  cmd->add_option("--expect-precision", o.expect_precision,
+                  "Precision of the reference that computes the expectations, or none for a trace only")
+      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--name", o.name, "Fixture name (default: <geometry>-seed<seed>)");
+  return {cmd, [args] { return run_make_fixture(*args); }};
+}
+
+}  // namespace dflash

@@ -1,0 +1,21 @@
+// One fixture read, its drafters made and its steps replayed: shared by `replay` and `bisect`.
+#pragma once
+#include <string>
+
+#include "compare/replay.h"
+#include "tools/backends.h"
+
+namespace dflash {
+
+struct ReplayRequest {
+  Backend backend = Backend::kReference;
+  Precision precision = Precision::kFp64;
+  ReplayOptions options;
+};
+
+// Reads the fixture at `path` and replays it. `prepare` (optional) sees the fixture after reading
+// and before anything runs, to refuse a request that does not fit it.
+ReplayResult read_and_replay(const std::string& path, const ReplayRequest& request,
+                             const std::function<void(const Fixture&)>& prepare = {});
+
+}  // namespace dflash
