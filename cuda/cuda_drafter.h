@@ -19,6 +19,8 @@ struct CudaOptions {
   // DFLASH_CUDA_KERNELS="gemm=cublas,attention=simple" sets them from the environment.
   std::map<std::string, std::string> kernels;
   int device = 0;
+  // "" keeps HeadSettings::precision; "bf16" or "fp8" overrides it (DFLASH_CUDA_PRECISION).
+  std::string precision;
 
   // Options with the environment variables applied on top of these values.
   CudaOptions with_environment() const;

@@ -1,0 +1,230 @@
+// Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (drafter.md §8) with
+// random weights: block width 16, batch 1 / 8 / 32, context 1024 / 4096 positions already cached
+// (the timed propose brings C = 0 new context rows), graphs on. Each number is the median of
+// --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),
+// each timed with CUDA events after the warm-up proposes that capture the graph.
+//
+// Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
+// in the mode's storage format, the norms, and the KV cache window read once) over the
+// device-to-device copy bandwidth measured in the same run (bytes read + written per second), the
+// ratio to it, and the same floor for bf16 weights.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_drafter_impl.h"
+#include "cuda/device_buffer.h"
+#include "tests/gpu/random_drafter.h"
+
+namespace dflash {
+namespace {
+
+struct Row {
+  std::string precision;
+  int batch = 0;
+  int64_t context = 0;
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  double floor_us = 0, bf16_floor_us = 0;
+};
+
+// Device-to-device copy bandwidth, bytes read + written per second (median of 20 copies of 2 GiB).
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t{2} << 30;
+  DeviceBuffer<uint8_t> a(bytes), b(bytes);
+  DFLASH_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  cudaEvent_t start, stop;
+  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
+  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < 23; ++i) {
+    DFLASH_CUDA_CHECK(cudaEventRecord(start));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
+    DFLASH_CUDA_CHECK(cudaEventRecord(stop));
+    DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= 3) ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
+
+// Weight bytes of the block forward with bf16 storage: every projection and lm_head, 2 bytes each.
+int64_t bf16_weight_bytes(const DrafterConfig& c) {
+  const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  const int64_t per_layer = (q + 2 * kv) * h + h * q + 2 * inter * h + h * inter;
+  const int64_t norms = static_cast<int64_t>(c.num_layers) * (2 * h + 2 * c.head_dim) * 4 + h * 4;
+  return 2 * (c.num_layers * per_layer + static_cast<int64_t>(c.vocab_size) * h) + norms;
+}
+
+std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
+                     double bandwidth, int replays) {
+  HeadSettings settings;
+  settings.gamma = 16;
+  settings.ctx_cap = 4096;
+  settings.max_batch = 32;
+  settings.kv_page_size = 16;
+  settings.precision = precision;
+  CudaOptions options;
+  options.graphs = true;
+  options.warmup = 2;
+  CudaDrafter drafter(config, weights, settings, options.with_environment());
+  for (const auto& [k, v] : drafter.describe()) std::printf("  %-20s %s\n", k.c_str(), v.c_str());
+  drafter.set_block_g(16);
+  const int64_t width = config.ctx_feature_dim();
+  const Tensor empty = Tensor::zeros({0, width});
+  std::vector<Row> rows;
+  int next_seq = 0;
+  cudaEvent_t start, stop;
+  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
+  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int64_t context : {int64_t{1024}, int64_t{4096}}) {
+    const Tensor ctx = make_random_context(context, width, static_cast<uint64_t>(context));
+    std::vector<int> seqs;
+    std::vector<ProposeInput> ingest;
+    for (int i = 0; i < 32; ++i) {
+      seqs.push_back(next_seq++);
+      drafter.add_sequence(seqs.back());
+      ingest.push_back({seqs.back(), &ctx, context, 100 + i});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    drafter.propose(ingest, false);  // caches `context` positions for all 32 sequences
+    std::printf("  ingested 32 x %lld context rows in %.2f s\n", static_cast<long long>(context),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (int batch : {1, 8, 32}) {
+      std::vector<ProposeInput> inputs;
+      for (int i = 0; i < batch; ++i) inputs.push_back({seqs[static_cast<size_t>(i)], &empty, context, 200 + i});
+      for (int w = 0; w < options.warmup + 2; ++w) {
+        const auto out = drafter.propose(inputs, false);  // eager warm-ups, then capture and a replay
+        for (const ProposeOutput& o : out) {
+          for (float v : o.logits.values) {
+            if (!std::isfinite(v)) throw internal_error("benchmark: non-finite logit");
+          }
+        }
+      }
+      if (!drafter.graph_captured(16, batch)) throw internal_error("benchmark: no graph was captured");
+      std::vector<float> times;
+      for (int r = 0; r < replays; ++r) {
+        DFLASH_CUDA_CHECK(cudaEventRecord(start, drafter.stream()));
+        drafter.enqueue_last_block_forward();
+        DFLASH_CUDA_CHECK(cudaEventRecord(stop, drafter.stream()));
+        DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        DFLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        times.push_back(ms * 1000.0f);
+      }
+      std::sort(times.begin(), times.end());
+      Row row;
+      row.precision = precision_name(precision);
+      row.batch = batch;
+      row.context = context;
+      row.median_us = times[times.size() / 2];
+      row.p10_us = times[times.size() / 10];
+      row.p90_us = times[times.size() * 9 / 10];
+      const int64_t kv_bytes = static_cast<int64_t>(batch) * context * config.num_layers * 2 * config.kv_dim() * 2;
+      row.floor_us = static_cast<double>(drafter.block_weight_bytes() + kv_bytes) / bandwidth * 1e6;
+      row.bf16_floor_us = static_cast<double>(bf16_weight_bytes(config) + kv_bytes) / bandwidth * 1e6;
+      std::printf("  %-4s batch %2d ctx %4lld: median %8.1f us (p10 %.1f, p90 %.1f)  floor %7.1f us  x%.2f  bf16 floor %7.1f us  x%.2f\n",
+                  row.precision.c_str(), batch, static_cast<long long>(context), row.median_us, row.p10_us, row.p90_us,
+                  row.floor_us, row.median_us / row.floor_us, row.bf16_floor_us, row.median_us / row.bf16_floor_us);
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+    for (int seq : seqs) drafter.release_sequence(seq);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return rows;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"CUDA drafter propose benchmark (Qwen3-8B-DFlash-b16 geometry, random weights)"};
+  std::string markdown;
+  int replays = 200;
+  std::string precisions = "fp8,bf16";
+  app.add_option("--markdown", markdown, "write the result table (markdown) to this file");
+  app.add_option("--replays", replays, "timed graph replays per configuration (>= 100)")->check(CLI::Range(100, 100000));
+  app.add_option("--precisions", precisions, "comma-separated: fp8, bf16");
+  CLI11_PARSE(app, argc, argv);
+
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    std::fprintf(stderr, "cuda_propose_bench: %s\n", why.c_str());
+    return 125;
+  }
+  cudaDeviceProp prop;
+  DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double bandwidth = measure_copy_bandwidth();
+  std::printf("device %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
+              bandwidth / 1e9);
+  const RandomGeometry g = qwen3_8b_geometry();
+  const DrafterConfig config = make_config(g);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::shared_ptr<const DrafterWeights> weights = make_random_weights(config, 1);
+  std::printf("random weights in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  std::vector<Row> rows;
+  for (const char* name : {"fp8", "bf16"}) {
+    if (precisions.find(name) == std::string::npos) continue;
+    Precision p;
+    parse_precision(name, &p);
+    std::printf("%s drafter:\n", name);
+    for (const Row& r : run(config, weights, p, bandwidth, replays)) rows.push_back(r);
+  }
+
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::string table;
+  table += "Measured " + std::string(date) + " on " + prop.name + " (" + std::to_string(prop.multiProcessorCount) +
+           " SMs); device-to-device copy bandwidth " + std::to_string(static_cast<int>(bandwidth / 1e9)) +
+           " GB/s (read + write). " + g.name + " geometry, random weights, block width 16, C = 0 new context rows, "
+           "median of " + std::to_string(replays) + " graph replays.\n\n";
+  table += "| precision | batch | context | median µs | p10–p90 µs | HBM floor µs | × floor | bf16 floor µs | × bf16 floor |\n";
+  table += "|---|---|---|---|---|---|---|---|---|\n";
+  for (const Row& r : rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %d | %lld | %.1f | %.1f–%.1f | %.1f | %.2f | %.1f | %.2f |\n", r.precision.c_str(),
+                  r.batch, static_cast<long long>(r.context), r.median_us, r.p10_us, r.p90_us, r.floor_us,
+                  r.median_us / r.floor_us, r.bf16_floor_us, r.median_us / r.bf16_floor_us);
+    table += line;
+  }
+  std::printf("\n%s", table.c_str());
+  if (!markdown.empty()) {
+    std::ofstream out(markdown);
+    out << table;
+    if (!out) throw bad_input("cannot write " + markdown);
+  }
+  for (const Row& r : rows) {
+    if (r.precision == "fp8" && r.batch == 1 && r.context == 1024) {
+      const bool pass = r.median_us <= 1.5 * r.floor_us;
+      std::printf("bar: fp8, batch 1, context 1024 within 1.5x its floor: %s (x%.2f)\n", pass ? "met" : "NOT met",
+                  r.median_us / r.floor_us);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dflash
+
+int main(int argc, char** argv) {
+  try {
+    return dflash::main_impl(argc, argv);
+  } catch (const dflash::HarnessError& e) {
+    std::fprintf(stderr, "cuda_propose_bench: %s\n", e.what());
+    return dflash::exit_code_for(e.kind());
+  }
+}

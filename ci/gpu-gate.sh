@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The GPU gate: everything that needs the device, in ONE call on the GPU machine.
+#
+# Here (a machine with nvcc, no GPU needed):
+#   ci/gpu-gate.sh [--build-dir DIR]
+#     configures and builds the CUDA drafter, its GPU tests and the benchmark into DIR
+#     (default build-cuda), and stages the binaries plus libhwy.so.1 in .gpu/ (git-ignored,
+#     carried to the device; it must stay under 64 MiB).
+# On the device machine (through the `run` tool, from the repository root, carry [".gpu"]):
+#   ci/gpu-gate.sh --remote [--out DIR] [--quick]
+#     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
+#     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
+#     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
+#     drafter.md §8), the replay of the oracle fixtures through dflash-harness when it was staged,
+#     and the propose benchmark; writes logs, benchmarks.md and summary.txt under DIR (default
+#     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark.
+#     Exit 0 when every step passed, 1 otherwise.
+# Example (from the lead's session):
+#   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+remote=0
+quick=0
+build_dir=build-cuda
+out_dir=${OUT:-}
+while (($#)); do
+  case "$1" in
+    --remote) remote=1 ;;
+    --quick) quick=1 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --out) out_dir=$2; shift ;;
+    *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_drafter_test gpu_vs_reference_test)
+
+if ((remote == 0)); then
+  set -e
+  [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  targets=("${gpu_tests[@]}" cuda_propose_bench)
+  grep -q "dflash-harness" "$build_dir/build.ninja" 2>/dev/null && targets+=(dflash-harness)
+  ninja -C "$build_dir" -j "$(nproc)" "${targets[@]}"
+  rm -rf .gpu && mkdir -p .gpu
+  for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
+  cp "$build_dir/cuda/bench/cuda_propose_bench" .gpu/
+  [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
+  cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
+  strip --strip-unneeded .gpu/* 2>/dev/null || true
+  size=$(du -sm .gpu | cut -f1)
+  echo "ci/gpu-gate.sh: staged .gpu/ (${size} MiB): $(ls .gpu | tr '\n' ' ')"
+  if ((size >= 60)); then echo "ci/gpu-gate.sh: .gpu/ is too large to carry" >&2; exit 1; fi
+  exit 0
+fi
+
+# --- on the device machine ---
+[ -n "$out_dir" ] || { echo "ci/gpu-gate.sh --remote: no output folder (--out or \$OUT)" >&2; exit 2; }
+mkdir -p "$out_dir"
+summary="$out_dir/summary.txt"
+tests_log="$out_dir/gpu-tests.log"
+: >"$summary"
+: >"$tests_log"
+export DFLASH_REF_THREADS=${DFLASH_REF_THREADS:-$(nproc)}
+# The staged binaries need the CUDA runtime and cuBLAS(Lt) 13 of the machine's toolkit.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+if ! ldd .gpu/cuda_propose_bench | grep -q "libcublasLt.so.13 => /"; then
+  lt=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt"):$LD_LIBRARY_PATH"
+fi
+export DFLASH_SOURCE_DIR="$root"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+
+note "gpu-gate $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+for t in "${gpu_tests[@]}"; do
+  [ -x ".gpu/$t" ] || { note "FAIL $t: not staged"; status=1; continue; }
+  filter="*"
+  ((quick)) && [ "$t" = gpu_vs_reference_test ] && filter="-CudaVsReferenceRealGeometry.*"
+  start=$(date +%s)
+  ".gpu/$t" --gtest_filter="$filter" >"$out_dir/$t.out" 2>&1
+  rc=$?
+  cat "$out_dir/$t.out" >>"$tests_log"
+  counts=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test" "$out_dir/$t.out" | tr '\n' ' ')
+  if ((rc == 0)) && ! grep -q "SKIPPED \] [0-9]" "$out_dir/$t.out"; then
+    note "PASS $t ($(($(date +%s) - start)) s): $counts"
+  else
+    note "FAIL $t (exit $rc, $(($(date +%s) - start)) s): $counts"
+    grep -E "^\[  FAILED  \]|Failure|error" "$out_dir/$t.out" | head -20 | tee -a "$summary"
+    status=1
+  fi
+  grep -E "^\[(gemm|attention|oracle|geometry|levers)\]" "$out_dir/$t.out" >>"$summary"
+  rm -f "$out_dir/$t.out"
+done
+
+if [ -x .gpu/dflash-harness ]; then
+  # Both drafters: CUDA in each mode against the reference emulating it (and the fp64 oracle).
+  for precision in bf16 fp8; do
+    if .gpu/dflash-harness replay fixtures/oracle/*/ --backend both --precision "$precision" \
+         >>"$out_dir/replay.log" 2>&1; then
+      note "PASS dflash-harness replay --backend both --precision $precision"
+    else
+      note "FAIL dflash-harness replay --backend both --precision $precision (see replay.log)"
+      status=1
+    fi
+  done
+else
+  note "NOTE dflash-harness not staged: the oracle replay on both drafters ran inside gpu_vs_reference_test"
+fi
+
+bench_args=(--markdown "$out_dir/benchmarks.md")
+((quick)) && bench_args+=(--precisions fp8)
+if .gpu/cuda_propose_bench "${bench_args[@]}" >"$out_dir/bench.log" 2>&1; then
+  note "PASS cuda_propose_bench"
+else
+  note "FAIL cuda_propose_bench (see bench.log)"
+  status=1
+fi
+tail -n 12 "$out_dir/bench.log" >>"$summary"
+note "gpu-gate: $( ((status == 0)) && echo PASS || echo FAIL )"
+exit $status

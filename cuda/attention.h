@@ -1,0 +1,74 @@
+// Attention of one propose (drafter.md §3): each block row's query heads attend, without a mask,
+// to the sequence's cached context window (paged bf16 pool) followed by the B block rows (scratch),
+// GQA, scores scaled by d^-1/2, fp32 softmax, output stored bf16 [rows, nh·d].
+//
+// Kernels, chosen in ONE place (choose_attention_kernel):
+//  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks (one CTA per chunk, kv head,
+//    group of 16 query rows and sequence), then a combine kernel. The instantiation's compiled
+//    head_dim is part of the choice and checked against the config, so a kernel built for one
+//    head_dim cannot run on another.
+//  - generic: the same kernel with head_dim a runtime value (any even d <= 256).
+//  - simple: one CTA per (row, head), all scores in shared memory, for bisecting.
+// All of them reduce in a fixed order: same inputs, same bits, whatever the other sequences.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+namespace dflash {
+
+constexpr int kAttentionChunk = 64;     // keys per split-KV chunk
+constexpr int kAttentionMaxHeadDim = 256;
+
+enum class AttentionKernel { kTuned, kGeneric, kSimple };
+
+struct AttentionChoice {
+  AttentionKernel kernel = AttentionKernel::kGeneric;
+  int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
+  std::string name() const;   // "tuned-d128", "generic", "simple"
+};
+
+// requested: "auto" (tuned for 64/128/256, generic otherwise), "tuned" (refuses other head_dims
+// with kBadInput naming the head_dim), "generic", "simple". Throws kBadInput for a head_dim no
+// kernel can serve (odd, or above 256) or an unknown name.
+AttentionChoice choose_attention_kernel(const std::string& requested, int head_dim);
+
+// Device view of one propose's attention inputs. Shapes use R = batch·B block rows.
+struct AttentionArgs {
+  const uint16_t* q = nullptr;        // [R, nh·d] bf16, after q_norm and RoPE
+  const uint16_t* k_block = nullptr;  // [R, nkv·d] bf16, block rows' keys
+  const uint16_t* v_block = nullptr;  // [R, nkv·d] bf16
+  const uint16_t* k_pool = nullptr;   // [slots, nkv·d] bf16, this layer's context keys
+  const uint16_t* v_pool = nullptr;   // [slots, nkv·d] bf16
+  const int32_t* block_tables = nullptr;   // [batch, max_pages_per_seq] physical page of each logical page
+  const int64_t* window_begin = nullptr;   // [batch] first position attended to
+  const int32_t* window_length = nullptr;  // [batch] context positions attended to
+  const int64_t* first_logical_page = nullptr;  // [batch] logical page of block_tables[b][0]
+  int max_pages_per_seq = 0;
+  int page_size = 0;
+  int batch = 0, block_width = 0;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;                  // d^-1/2
+  int max_chunks = 0;                  // ceil((max window + max block width) / kAttentionChunk)
+  int max_block_width = 0;             // partial buffers' row capacity per sequence
+  float* partial_out = nullptr;        // [batch, nh, max_block_width, max_chunks, d]
+  float* partial_max_sum = nullptr;    // [batch, nh, max_block_width, max_chunks, 2]
+  uint16_t* out = nullptr;             // [R, ld_out] bf16 (columns nh·d onwards untouched)
+  int64_t ld_out = 0;
+};
+
+// Floats needed for partial_out / partial_max_sum.
+int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim);
+// Dynamic shared memory the simple kernel needs for `max_keys` keys (it is refused above the limit).
+size_t attention_simple_smem_bytes(int64_t max_keys);
+// The most dynamic shared memory a kernel of the current device may use.
+size_t attention_simple_max_smem_bytes();
+
+void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream);
+
+// Sets the kernels' shared-memory limits and loads them, so that nothing happens for the first
+// time inside a graph capture.
+void prepare_attention_kernels();
+
+}  // namespace dflash

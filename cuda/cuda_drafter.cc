@@ -1,0 +1,341 @@
+// The CUDA drafter's construction, per-sequence state, propose and description; the device work of
+// a propose is in cuda_forward.cc.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_drafter_impl.h"
+#include "cuda/elementwise.h"
+
+namespace dflash {
+namespace {
+
+HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& settings, const CudaOptions& options,
+                              std::string* precision_source) {
+  HeadSettings s = settings.resolved(config);
+  *precision_source = "settings";
+  if (!options.precision.empty()) {
+    if (!parse_precision(options.precision, &s.precision)) {
+      throw bad_input("CUDA options: precision '" + options.precision + "' (bf16 or fp8)");
+    }
+    *precision_source = "DFLASH_CUDA_PRECISION / CudaOptions::precision";
+  }
+  if (s.precision != Precision::kBf16 && s.precision != Precision::kFp8) {
+    throw bad_input(std::string("head: the CUDA drafter computes in bf16 or fp8; precision ") +
+                    precision_name(s.precision) + " was asked");
+  }
+  return s;
+}
+
+void require_device(int device) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw unsupported("CUDA drafter: " + why);
+  int count = 0;
+  DFLASH_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    throw bad_input("CUDA options: device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                    " devices)");
+  }
+  DFLASH_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void check_geometry(const DrafterConfig& c) {
+  if (c.num_heads < 1 || c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0) {
+    throw bad_input("config: num_attention_heads " + std::to_string(c.num_heads) +
+                    " is not a multiple of num_key_value_heads " + std::to_string(c.num_kv_heads));
+  }
+  if (c.mask_token_id < 0 || c.mask_token_id >= c.vocab_size) {
+    throw bad_input("config: dflash_config.mask_token_id " + std::to_string(c.mask_token_id) + " is outside [0, " +
+                    std::to_string(c.vocab_size) + ")");
+  }
+  if (c.hidden_size < 1 || c.intermediate_size < 1 || c.vocab_size < 1 || c.num_layers < 1 ||
+      c.ctx_feature_dim() < 1) {
+    throw bad_input("config: hidden_size, intermediate_size, vocab_size, num_hidden_layers and the context width "
+                    "must be positive");
+  }
+}
+
+}  // namespace
+
+bool cuda_device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(status) + ")";
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  const cudaError_t probe = run_device_probe();
+  if (probe != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("this build's device code does not run here (") + cudaGetErrorString(probe) + ")";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<DraftProposer> make_cuda_drafter(const DrafterConfig& config,
+                                                 std::shared_ptr<const DrafterWeights> weights,
+                                                 const HeadSettings& settings, const CudaOptions& options) {
+  if (!weights) throw bad_input("make_cuda_drafter: no weights");
+  return std::make_unique<CudaDrafter>(config, std::move(weights), settings, options.with_environment());
+}
+
+CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
+                         const HeadSettings& settings, const CudaOptions& options)
+    : config_(config),
+      host_weights_(std::move(weights)),
+      settings_(resolve_settings(config, settings, options, &precision_source_)),
+      options_(options),
+      plan_(resolve_kernel_plan(options.kernels, config.head_dim)),
+      fp8_(settings_.precision == Precision::kFp8),
+      max_width_(std::max(settings_.gamma, 2)),
+      rope_(make_rope_table(config.rope, config.head_dim)),
+      table_(settings_.pool_pages, settings_.kv_page_size, settings_.uncapped ? 0 : settings_.ctx_cap,
+             settings_.page_order_seed) {
+  if (!host_weights_) throw bad_input("CUDA drafter: no weights");
+  check_geometry(config_);
+  if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
+  require_device(options_.device);
+  cudaDeviceProp prop;
+  DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
+  device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+                 std::to_string(prop.multiProcessorCount) + " SMs)";
+
+  block_g_ = max_width_;
+  const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
+  max_window_ = settings_.uncapped ? pool_slots : std::min<int64_t>(settings_.ctx_cap, pool_slots);
+  max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
+  max_chunks_ = static_cast<int>((max_window_ + max_width_ + kAttentionChunk - 1) / kAttentionChunk);
+
+  DFLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  prepare_gemm_kernels();
+  prepare_gemm_fallback_kernels();
+  prepare_attention_kernels();
+  prepare_row_kernels();
+
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
+  ld_hidden_ = pad_k(h);
+  ld_q_ = pad_k(q_dim);
+  ld_inter_ = pad_k(inter);
+  ld_ctx_ = pad_k(config_.ctx_feature_dim());
+
+  // The attention instantiation must be the one built for this head_dim (a tuned kernel of another
+  // head_dim would stay in bounds and mix heads silently).
+  if (plan_.attention.kernel == AttentionKernel::kTuned && plan_.attention.compiled_head_dim != config_.head_dim) {
+    throw internal_error("attention: kernel built for head_dim " + std::to_string(plan_.attention.compiled_head_dim) +
+                         " chosen for head_dim " + std::to_string(config_.head_dim));
+  }
+  // Resolve what the plan asked for against what this device and geometry allow.
+  if (plan_.attention.kernel == AttentionKernel::kSimple &&
+      attention_simple_smem_bytes(static_cast<int64_t>(max_chunks_) * kAttentionChunk) >
+          attention_simple_max_smem_bytes()) {
+    plan_.attention = choose_attention_kernel("auto", config_.head_dim);
+    plan_.fallbacks.push_back("attention: simple -> " + plan_.attention.name() + " (a window of " +
+                              std::to_string(max_window_) + " keys does not fit in shared memory)");
+  }
+  if (plan_.uses_cublaslt()) {
+    DFLASH_CUDA_CHECK(cublasLtCreate(&lt_));
+    lt_workspace_.allocate(32u << 20);
+    gemm_ctx_.lt = lt_;
+    gemm_ctx_.lt_workspace = lt_workspace_.get();
+    gemm_ctx_.lt_workspace_bytes = lt_workspace_.bytes();
+    std::string why;
+    if ((plan_.ctx_gemm_auto || plan_.ctx_gemm == GemmKernel::kCublasLt) &&
+        !cublaslt_supports(gemm_ctx_, kContextChunkRows, h, config_.ctx_feature_dim(), ld_ctx_, ld_ctx_, &why)) {
+      plan_.fallbacks.push_back("ctx_gemm: cublaslt -> mma (" + why + ")");
+      plan_.ctx_gemm_auto = false;
+      plan_.ctx_gemm = GemmKernel::kMma;
+    }
+    if (plan_.block_gemm == GemmKernel::kCublasLt &&
+        !cublaslt_supports(gemm_ctx_, static_cast<int64_t>(settings_.max_batch) * (max_width_ - 1), vocab, h, ld_hidden_,
+                           ld_hidden_, &why)) {
+      plan_.fallbacks.push_back("gemm: cublaslt -> mma (" + why + ")");
+      plan_.block_gemm = GemmKernel::kMma;
+    }
+  }
+  gemm_ctx_.stream = stream_;
+
+  weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
+                                    plan_.cublaslt_reads_e4m3(fp8_), stream_);
+  inv_freq_.allocate(rope_.inv_freq.size());
+  DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+
+  for (int l = 0; l < config_.num_layers; ++l) {
+    k_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
+    v_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
+  }
+
+  const int64_t rows = static_cast<int64_t>(settings_.max_batch) * max_width_;
+  const int64_t draft_rows = static_cast<int64_t>(settings_.max_batch) * (max_width_ - 1);
+  const int64_t qkv_n = q_dim + 2 * kv_dim;
+  auto n = [](int64_t v) { return static_cast<size_t>(v); };
+  h_.allocate(n(rows * h));
+  x_.allocate(n(rows * ld_hidden_));
+  qkv_out_.allocate(n(rows * qkv_n));
+  q_.allocate(n(rows * q_dim));
+  k_block_.allocate(n(rows * kv_dim));
+  v_block_.allocate(n(rows * kv_dim));
+  attn_.allocate(n(rows * ld_q_));
+  o_out_.allocate(n(rows * h));
+  y_.allocate(n(rows * ld_hidden_));
+  if (!plan_.swiglu_fused) gate_up_out_.allocate(n(rows * 2 * inter));
+  act_.allocate(n(rows * ld_inter_));
+  mlp_out_.allocate(n(rows * h));
+  hf_.allocate(n(rows * ld_hidden_));
+  hf_draft_.allocate(n(draft_rows * ld_hidden_));
+  logits_.allocate(n(draft_rows * vocab));
+  if (plan_.argmax_fused) {
+    argmax_value_.allocate(n(draft_rows * argmax_blocks(vocab)));
+    argmax_index_.allocate(n(draft_rows * argmax_blocks(vocab)));
+  }
+  tokens_.allocate(n(draft_rows));
+  const int64_t partial = attention_partial_floats(settings_.max_batch, config_.num_heads, max_width_, max_chunks_,
+                                                   config_.head_dim);
+  if (plan_.attention.kernel != AttentionKernel::kSimple) {
+    attn_partial_.allocate(n(partial));
+    attn_max_sum_.allocate(n(partial / config_.head_dim * 2));
+  }
+
+  const int batch = settings_.max_batch;
+  d_anchors_.allocate(n(batch));
+  d_window_length_.allocate(n(batch));
+  d_block_tables_.allocate(n(static_cast<int64_t>(batch) * max_pages_per_seq_));
+  d_positions_.allocate(n(rows));
+  d_window_begin_.allocate(n(batch));
+  d_first_page_.allocate(n(batch));
+  h_anchors_.allocate(n(batch));
+  h_window_length_.allocate(n(batch));
+  h_block_tables_.allocate(n(static_cast<int64_t>(batch) * max_pages_per_seq_));
+  h_positions_.allocate(n(rows));
+  h_window_begin_.allocate(n(batch));
+  h_first_page_.allocate(n(batch));
+  h_logits_.allocate(n(draft_rows * vocab));
+  h_tokens_.allocate(n(draft_rows));
+
+  h_ctx_.allocate(n(kContextChunkRows * ld_ctx_));
+  h_ctx_positions_.allocate(n(kContextChunkRows));
+  h_ctx_slots_.allocate(n(kContextChunkRows));
+  d_ctx_.allocate(n(kContextChunkRows * ld_ctx_));
+  xc_.allocate(n(kContextChunkRows * ld_hidden_));
+  d_ctx_positions_.allocate(n(kContextChunkRows));
+  d_ctx_slots_.allocate(n(kContextChunkRows));
+  xc_f32_.allocate(n(kContextChunkRows * h));
+  kv_out_.allocate(n(kContextChunkRows * 2 * kv_dim));
+
+  // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel).
+  int64_t raw = kContextChunkRows * std::max(h, 2 * kv_dim);
+  if (plan_.block_gemm != GemmKernel::kMma) {
+    raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
+  }
+  gemm_raw_.allocate(n(raw));
+  gemm_ctx_.raw = gemm_raw_.get();
+  gemm_ctx_.raw_capacity = gemm_raw_.size();
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaDrafter::~CudaDrafter() {
+  for (auto& entry : graphs_) {
+    if (entry.second.exec != nullptr) cudaGraphExecDestroy(entry.second.exec);
+  }
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string CudaDrafter::name() const { return std::string("cuda-") + precision_name(settings_.precision); }
+
+void CudaDrafter::add_sequence(int seq) { table_.add(seq); }
+void CudaDrafter::release_sequence(int seq) { table_.release(seq); }
+void CudaDrafter::set_block_g(int g) { block_g_ = clamp_block_width(g, settings_.gamma); }
+
+void CudaDrafter::validate_batch(const std::vector<ProposeInput>& batch) const {
+  if (static_cast<int>(batch.size()) > settings_.max_batch) {
+    throw bad_input("propose: " + std::to_string(batch.size()) + " sequences, but max_batch is " +
+                    std::to_string(settings_.max_batch));
+  }
+  std::set<int> seen;
+  const int64_t width = config_.ctx_feature_dim();
+  for (const ProposeInput& in : batch) {
+    const std::string who = "propose: sequence " + std::to_string(in.seq);
+    if (!seen.insert(in.seq).second) throw bad_input(who + " appears twice in one propose");
+    if (!table_.has(in.seq)) throw bad_input(who + " is not active");
+    if (in.ctx == nullptr) throw bad_input(who + ": no context tensor");
+    const Tensor& ctx = *in.ctx;
+    if (ctx.shape.size() != 2 || ctx.shape[1] != width ||
+        static_cast<int64_t>(ctx.values.size()) != ctx.shape[0] * width) {
+      throw bad_input(who + ": context rows have shape " + shape_string(ctx.shape) + ", expected [C, " +
+                      std::to_string(width) + "]");
+    }
+    if (in.anchor < 0 || in.anchor >= config_.vocab_size) {
+      throw bad_input(who + ": anchor token " + std::to_string(in.anchor) + " is outside [0, " +
+                      std::to_string(config_.vocab_size) + ")");
+    }
+    if (in.start < 0) throw bad_input(who + ": negative start " + std::to_string(in.start));
+    const int64_t bad = first_non_finite(ctx.values.data(), ctx.numel());
+    if (bad >= 0) {
+      throw bad_input(who + ": context value at row " + std::to_string(bad / width) + ", column " +
+                      std::to_string(bad % width) + " is " + (std::isnan(ctx.values[bad]) ? "NaN" : "infinite"));
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
+  std::vector<std::pair<std::string, std::string>> d;
+  d.emplace_back("implementation", "cuda");
+  d.emplace_back("device", device_name_);
+  d.emplace_back("precision", std::string(precision_name(settings_.precision)) + " (from " + precision_source_ + ")");
+  d.emplace_back("weights", fp8_ ? "q/k/v/o/gate/up/down and lm_head E4M3 per-row scales (quantized on the device); "
+                                   "fc, norms, embed_tokens bf16"
+                                 : "all bf16");
+  d.emplace_back("activations", "fp32 accumulation; bf16 storage of ctx_proj, cached/block K and V, q after RoPE, "
+                                "attn_norm, attention output, mlp_norm, silu(gate)*up, final_norm; fp32 residual "
+                                "stream, GEMM outputs and logits");
+  d.emplace_back("context_input", "bf16 (F32 context rows are rounded to nearest even)");
+  for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
+  d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
+                                                 std::to_string(options_.warmup) + " eager passes; taps run eager"
+                                           : "off (eager launches)");
+  d.emplace_back("kv_cache", "paged bf16, one pool per layer: " + std::to_string(settings_.pool_pages) + " pages x " +
+                                 std::to_string(settings_.kv_page_size) + " tokens; window " +
+                                 (settings_.uncapped ? std::string("uncapped") : std::to_string(settings_.ctx_cap)));
+  d.emplace_back("scratch", std::to_string(settings_.max_batch) + " sequences x " + std::to_string(max_width_) +
+                                " block rows; context chunks of " + std::to_string(kContextChunkRows) + " rows");
+  return d;
+}
+
+bool CudaDrafter::graph_captured(int block_width, int batch) const {
+  auto it = graphs_.find({block_width, batch});
+  return it != graphs_.end() && it->second.exec != nullptr;
+}
+
+QuantizedRows CudaDrafter::download_fp8_weight(const std::string& which, int layer) const {
+  if (!fp8_) throw bad_input("download_fp8_weight: the drafter holds bf16 weights");
+  if (which == "lm_head") return download_quantized(weights_.lm_head);
+  if (layer < 0 || layer >= config_.num_layers) throw bad_input("download_fp8_weight: no layer " + std::to_string(layer));
+  const DeviceLayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  if (which == "qkv") return download_quantized(l.qkv);
+  if (which == "o") return download_quantized(l.o);
+  if (which == "gate_up") return download_quantized(l.gate_up);
+  if (which == "down") return download_quantized(l.down);
+  throw bad_input("download_fp8_weight: unknown weight '" + which + "'");
+}
+
+int64_t CudaDrafter::block_weight_bytes() const {
+  int64_t bytes = weights_.lm_head.storage_bytes();
+  for (const DeviceLayerWeights& l : weights_.layers) {
+    bytes += l.qkv.storage_bytes() + l.o.storage_bytes() + l.gate_up.storage_bytes() + l.down.storage_bytes();
+    bytes += static_cast<int64_t>(l.input_norm.bytes() + l.post_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes());
+  }
+  return bytes + static_cast<int64_t>(weights_.final_norm.bytes());
+}
+
+}  // namespace dflash

@@ -1,0 +1,136 @@
+// The CUDA drafter's class, visible to the GPU tests and the benchmark (callers of the factory
+// only see DraftProposer). One propose runs in two phases:
+//  1. context ingestion (eager, variable size): the admitted context rows, in chunks of
+//     kContextChunkRows, through fc, hidden_norm and every layer's k/v projection, k_norm and RoPE,
+//     into the paged pools at the slots KvPageTable::admit decided;
+//  2. the block forward (fixed shape per (block width, batch size)): embedding to draft tokens,
+//     captured as a CUDA graph after `warmup` eager passes. Every per-step value (anchors, positions,
+//     windows, block tables) is read from device buffers, so a replay with new values is correct.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "core/kv_pages.h"
+#include "core/proposer.h"
+#include "core/rope.h"
+#include "core/weights.h"
+#include "cuda/cuda_drafter.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_weights.h"
+#include "cuda/kernel_plan.h"
+
+namespace dflash {
+
+class CudaDrafter final : public DraftProposer {
+ public:
+  static constexpr int64_t kContextChunkRows = 256;
+
+  CudaDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings,
+              const CudaOptions& options);
+  ~CudaDrafter() override;
+  CudaDrafter(const CudaDrafter&) = delete;
+  CudaDrafter& operator=(const CudaDrafter&) = delete;
+
+  std::string name() const override;
+  const DrafterConfig& config() const override { return config_; }
+  const HeadSettings& settings() const override { return settings_; }
+  void add_sequence(int seq) override;
+  void release_sequence(int seq) override;
+  void set_block_g(int g) override;
+  int block_g() const override { return block_g_; }
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
+  std::vector<int> sequences() const override { return table_.sequences(); }
+  SequenceView sequence_view(int seq) const override { return table_.view(seq); }
+  std::vector<int64_t> window_slots(int seq) const override { return table_.window_slots(seq); }
+  PoolView pool_view() const override { return table_.pool(); }
+  std::vector<std::pair<std::string, std::string>> describe() const override;
+
+  // --- for the GPU tests and the benchmark ---
+  // Enqueues the block forward of the last propose again (same device inputs), as a graph replay
+  // when the graph exists, on stream(). Nothing is copied back.
+  void enqueue_last_block_forward();
+  cudaStream_t stream() const { return stream_; }
+  bool graph_captured(int block_width, int batch) const;
+  // The device's copy of an E4M3 weight: "qkv", "o", "gate_up", "down" of `layer`, or "lm_head".
+  QuantizedRows download_fp8_weight(const std::string& which, int layer) const;
+  // Bytes one block forward must read from HBM at least: every projection weight in its storage
+  // format (lm_head included) and the norms; the KV cache is counted separately by the caller.
+  int64_t block_weight_bytes() const;
+  const KernelPlan& plan() const { return plan_; }
+
+ private:
+  struct TapSink;
+  struct GraphEntry {
+    int eager_runs = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  void validate_batch(const std::vector<ProposeInput>& batch) const;
+  void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
+                      TapSink* taps);
+  void upload_step(const std::vector<ProposeInput>& batch);
+  void run_block_forward(int batch, int block_width, TapSink* taps);
+  void enqueue_block_forward(int batch, int block_width, TapSink* taps);
+  void enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                    const GemmEpilogue& epilogue);
+
+  DrafterConfig config_;
+  std::shared_ptr<const DrafterWeights> host_weights_;
+  std::string precision_source_;  // before settings_: its initializer writes it
+  HeadSettings settings_;
+  CudaOptions options_;
+  KernelPlan plan_;
+  bool fp8_ = true;
+  int block_g_ = 2;
+  int max_width_ = 2;       // max(gamma, 2)
+  int64_t max_window_ = 0;  // context positions a sequence can attend to
+  int max_pages_per_seq_ = 0;
+  int max_chunks_ = 0;
+  RopeTable rope_;
+  KvPageTable table_;
+  std::string device_name_;
+
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer<uint8_t> lt_workspace_;
+  DeviceBuffer<float> gemm_raw_;
+  GemmContext gemm_ctx_;
+
+  DeviceDrafterWeights weights_;
+  DeviceBuffer<float> inv_freq_;
+  std::vector<DeviceBuffer<uint16_t>> k_pool_, v_pool_;  // per layer [slots, kv_dim] bf16
+
+  // Padded leading dimensions (multiples of 64) of the GEMM operands.
+  int64_t ld_hidden_ = 0, ld_q_ = 0, ld_inter_ = 0, ld_ctx_ = 0;
+
+  // Block-row scratch, sized for max_batch sequences of max_width_ rows.
+  DeviceBuffer<float> h_, o_out_, mlp_out_, qkv_out_, gate_up_out_, logits_, argmax_value_, attn_partial_,
+      attn_max_sum_;
+  DeviceBuffer<uint16_t> x_, y_, q_, k_block_, v_block_, attn_, act_, hf_, hf_draft_;
+  DeviceBuffer<int32_t> argmax_index_, tokens_;
+  // Per-step inputs of the block forward (device, and pinned staging for the upload).
+  DeviceBuffer<int32_t> d_anchors_, d_window_length_, d_block_tables_;
+  DeviceBuffer<int64_t> d_positions_, d_window_begin_, d_first_page_;
+  PinnedBuffer<int32_t> h_anchors_, h_window_length_, h_block_tables_;
+  PinnedBuffer<int64_t> h_positions_, h_window_begin_, h_first_page_;
+  PinnedBuffer<float> h_logits_;
+  PinnedBuffer<int32_t> h_tokens_;
+  // Context staging.
+  PinnedBuffer<uint16_t> h_ctx_;
+  PinnedBuffer<int64_t> h_ctx_positions_, h_ctx_slots_;
+  DeviceBuffer<uint16_t> d_ctx_, xc_;
+  DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
+  DeviceBuffer<float> xc_f32_, kv_out_;
+
+  std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
+  int last_batch_ = 0, last_width_ = 0;
+};
+
+}  // namespace dflash

@@ -1,0 +1,421 @@
+// The device work of one propose: context ingestion, the block forward (eager or graph), the
+// copies back, and the taps.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_drafter_impl.h"
+#include "cuda/elementwise.h"
+#include "cuda/host_parallel.h"
+
+namespace dflash {
+
+// Collects taps (drafter.md §7) per sequence, in forward order. Each capture waits for the stream:
+// taps run eager and cost nothing when they are off.
+struct CudaDrafter::TapSink {
+  cudaStream_t stream;
+  int batch = 0, block_width = 0;
+  std::vector<std::vector<Tap>> per_sequence;
+
+  // rows_per_seq rows of each sequence, [batch·rows_per_seq, ld] on the device.
+  void capture(const std::string& name, const void* device, bool bf16, int64_t rows_per_seq, int64_t cols, int64_t ld) {
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const int64_t rows = batch * rows_per_seq;
+    std::vector<float> values(static_cast<size_t>(rows * ld));
+    if (bf16) {
+      std::vector<uint16_t> bits(values.size());
+      DFLASH_CUDA_CHECK(cudaMemcpy(bits.data(), device, bits.size() * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_bits_to_float(bits[i]);
+    } else {
+      DFLASH_CUDA_CHECK(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
+    }
+    for (int b = 0; b < batch; ++b) {
+      Tensor t = Tensor::zeros({rows_per_seq, cols});
+      for (int64_t r = 0; r < rows_per_seq; ++r) {
+        std::copy_n(values.data() + (b * rows_per_seq + r) * ld, cols, t.row(r));
+      }
+      per_sequence[static_cast<size_t>(b)].push_back({name, std::move(t)});
+    }
+  }
+};
+
+void CudaDrafter::enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                               const GemmEpilogue& epilogue) {
+  gemm(kernel, gemm_ctx_, a, lda, m, w, epilogue);
+}
+
+std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>& batch, bool want_taps) {
+  if (batch.empty()) return {};
+  validate_batch(batch);
+  std::vector<ContextRequest> requests;
+  for (const ProposeInput& in : batch) requests.push_back({in.seq, in.start, in.ctx->rows()});
+  // Atomic: on any error (gap, overlap, pool exhausted) no sequence has changed.
+  const std::vector<ContextAdmission> admissions = table_.admit(requests);
+
+  const int nb = static_cast<int>(batch.size());
+  const int width = block_g_;
+  TapSink sink{stream_, nb, width, std::vector<std::vector<Tap>>(static_cast<size_t>(nb))};
+  TapSink* taps = want_taps ? &sink : nullptr;
+  ingest_context(batch, admissions, taps);
+  upload_step(batch);
+  run_block_forward(nb, width, taps);
+
+  const int64_t vocab = config_.vocab_size;
+  const int64_t draft_rows = static_cast<int64_t>(nb) * (width - 1);
+  DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_logits_.get(), logits_.get(), static_cast<size_t>(draft_rows * vocab) * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_tokens_.get(), tokens_.get(), static_cast<size_t>(draft_rows) * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<ProposeOutput> outputs;
+  for (int b = 0; b < nb; ++b) {
+    ProposeOutput out;
+    out.seq = batch[static_cast<size_t>(b)].seq;
+    out.block_width = width;
+    const float* first = h_logits_.get() + static_cast<int64_t>(b) * (width - 1) * vocab;
+    out.logits = Tensor({width - 1, vocab}, std::vector<float>(first, first + (width - 1) * vocab));
+    const int32_t* tokens = h_tokens_.get() + static_cast<int64_t>(b) * (width - 1);
+    out.draft_tokens.assign(tokens, tokens + (width - 1));
+    if (taps) {
+      out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
+      out.taps.push_back({"logits", out.logits});
+    }
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
+                                 const std::vector<ContextAdmission>& admissions, TapSink* taps) {
+  struct Row {
+    int b;
+    int64_t ctx_row, position, slot;
+  };
+  std::vector<Row> rows;
+  std::vector<int64_t> admitted(batch.size(), 0);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ContextAdmission& a = admissions[b];
+    for (size_t i = 0; i < a.slots.size(); ++i) {
+      rows.push_back({static_cast<int>(b), a.first_row + static_cast<int64_t>(i), a.first_position + static_cast<int64_t>(i),
+                      a.slots[i]});
+    }
+    admitted[b] = static_cast<int64_t>(a.slots.size());
+  }
+  const int64_t h = config_.hidden_size, kv_dim = config_.kv_dim(), width = config_.ctx_feature_dim();
+  std::vector<std::vector<float>> ctx_proj(batch.size());
+
+  for (size_t begin = 0; begin < rows.size(); begin += kContextChunkRows) {
+    const int64_t n = static_cast<int64_t>(std::min<size_t>(kContextChunkRows, rows.size() - begin));
+    parallel_for(n, 32, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const Row& r = rows[begin + static_cast<size_t>(i)];
+        const float* src = batch[static_cast<size_t>(r.b)].ctx->row(r.ctx_row);
+        uint16_t* dst = h_ctx_.get() + i * ld_ctx_;
+        for (int64_t c = 0; c < width; ++c) dst[c] = float_to_bf16_bits(src[c]);  // padding stays zero
+        h_ctx_positions_.get()[i] = r.position;
+        h_ctx_slots_.get()[i] = r.slot;
+      }
+    });
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d_ctx_.get(), h_ctx_.get(), static_cast<size_t>(n * ld_ctx_) * 2,
+                                      cudaMemcpyHostToDevice, stream_));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d_ctx_positions_.get(), h_ctx_positions_.get(), static_cast<size_t>(n) * 8,
+                                      cudaMemcpyHostToDevice, stream_));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d_ctx_slots_.get(), h_ctx_slots_.get(), static_cast<size_t>(n) * 8,
+                                      cudaMemcpyHostToDevice, stream_));
+
+    // Xc = RMSNorm_hidden_norm(F · fcᵀ), stored bf16.
+    const DeviceMatrixView fc = weights_.fc.view();
+    GemmEpilogue fc_out;
+    fc_out.out = xc_f32_.get();
+    fc_out.ld_out = h;
+    enqueue_gemm(plan_.ctx_kernel(n, fc.format), d_ctx_.get(), ld_ctx_, n, fc, fc_out);
+    RmsNormArgs norm;
+    norm.in = xc_f32_.get();
+    norm.ld_in = h;
+    norm.weight = weights_.hidden_norm.get();
+    norm.cols = h;
+    norm.eps = static_cast<float>(config_.rms_norm_eps);
+    norm.out = xc_.get();
+    norm.ld_out = ld_hidden_;
+    norm.rows = n;
+    launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+    if (taps) {
+      DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::vector<uint16_t> bits(static_cast<size_t>(n * ld_hidden_));
+      DFLASH_CUDA_CHECK(cudaMemcpy(bits.data(), xc_.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<float>& dst = ctx_proj[static_cast<size_t>(rows[begin + static_cast<size_t>(i)].b)];
+        for (int64_t c = 0; c < h; ++c) dst.push_back(bf16_bits_to_float(bits[static_cast<size_t>(i * ld_hidden_ + c)]));
+      }
+    }
+
+    // Every layer's context K (k_norm, RoPE) and V, written once into the pools at their slots.
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+      const DeviceMatrixView kv = layer.qkv.view().rows(config_.q_dim(), 2 * kv_dim);
+      GemmEpilogue kv_out;
+      kv_out.out = kv_out_.get();
+      kv_out.ld_out = 2 * kv_dim;
+      enqueue_gemm(plan_.ctx_kernel(n, kv.format), xc_.get(), ld_hidden_, n, kv, kv_out);
+      QkNormRopeArgs rope;
+      rope.src = kv_out_.get();
+      rope.ld_src = 2 * kv_dim;
+      rope.q_col = -1;
+      rope.k_col = 0;
+      rope.v_col = kv_dim;
+      rope.num_heads = config_.num_heads;
+      rope.num_kv_heads = config_.num_kv_heads;
+      rope.head_dim = config_.head_dim;
+      rope.k_norm = layer.k_norm.get();
+      rope.inv_freq = inv_freq_.get();
+      rope.attention_scaling = rope_.attention_scaling;
+      rope.eps = static_cast<float>(config_.rms_norm_eps);
+      rope.positions = d_ctx_positions_.get();
+      rope.k_out = k_pool_[static_cast<size_t>(l)].get();
+      rope.v_out = v_pool_[static_cast<size_t>(l)].get();
+      rope.ld_kv = kv_dim;
+      rope.slots = d_ctx_slots_.get();
+      rope.rows = n;
+      launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_);
+    }
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging is refilled next
+  }
+  if (taps) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      taps->per_sequence[b].push_back({"ctx_proj", Tensor({admitted[b], h}, std::move(ctx_proj[b]))});
+    }
+  }
+}
+
+void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
+  const int width = block_g_;
+  const int nb = static_cast<int>(batch.size());
+  std::fill_n(h_block_tables_.get(), h_block_tables_.size(), 0);
+  for (int b = 0; b < nb; ++b) {
+    const ProposeInput& in = batch[static_cast<size_t>(b)];
+    const SequenceView v = table_.view(in.seq);
+    if (static_cast<int>(v.block_table.size()) > max_pages_per_seq_ || v.window_size() > max_window_) {
+      throw internal_error("cuda drafter: sequence " + std::to_string(in.seq) + " holds " +
+                           std::to_string(v.block_table.size()) + " pages, more than the " +
+                           std::to_string(max_pages_per_seq_) + " its block table was sized for");
+    }
+    h_anchors_.get()[b] = in.anchor;
+    h_window_begin_.get()[b] = v.window_begin;
+    h_window_length_.get()[b] = static_cast<int32_t>(v.window_size());
+    h_first_page_.get()[b] = v.first_logical_page;
+    std::copy(v.block_table.begin(), v.block_table.end(), h_block_tables_.get() + static_cast<int64_t>(b) * max_pages_per_seq_);
+    for (int i = 0; i < width; ++i) h_positions_.get()[b * width + i] = in.start + i;
+  }
+  auto up = [&](auto& device, auto& host, size_t count) {
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(device.get(), host.get(), count * sizeof(*host.get()), cudaMemcpyHostToDevice, stream_));
+  };
+  up(d_anchors_, h_anchors_, static_cast<size_t>(nb));
+  up(d_window_begin_, h_window_begin_, static_cast<size_t>(nb));
+  up(d_window_length_, h_window_length_, static_cast<size_t>(nb));
+  up(d_first_page_, h_first_page_, static_cast<size_t>(nb));
+  up(d_block_tables_, h_block_tables_, static_cast<size_t>(nb) * max_pages_per_seq_);
+  up(d_positions_, h_positions_, static_cast<size_t>(nb) * width);
+  last_batch_ = nb;
+  last_width_ = width;
+}
+
+void CudaDrafter::run_block_forward(int batch, int width, TapSink* taps) {
+  if (taps != nullptr || !options_.graphs) {
+    enqueue_block_forward(batch, width, taps);
+    return;
+  }
+  GraphEntry& entry = graphs_[{width, batch}];
+  if (entry.exec == nullptr && entry.eager_runs < options_.warmup) {
+    enqueue_block_forward(batch, width, nullptr);
+    ++entry.eager_runs;
+    return;
+  }
+  if (entry.exec == nullptr) {
+    DFLASH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_block_forward(batch, width, nullptr);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    DFLASH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t status = cudaGraphInstantiate(&entry.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    DFLASH_CUDA_CHECK(status);
+  }
+  DFLASH_CUDA_CHECK(cudaGraphLaunch(entry.exec, stream_));
+}
+
+void CudaDrafter::enqueue_last_block_forward() {
+  if (last_batch_ == 0) throw bad_input("enqueue_last_block_forward: no propose has run yet");
+  run_block_forward(last_batch_, last_width_, nullptr);
+}
+
+void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
+  const int64_t rows = static_cast<int64_t>(batch) * width;
+  const int64_t draft_rows = static_cast<int64_t>(batch) * (width - 1);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const GemmKernel kernel = plan_.block_gemm;
+
+  RmsNormArgs norm;
+  norm.in = h_.get();
+  norm.ld_in = h;
+  norm.cols = h;
+  norm.eps = eps;
+  norm.ld_out = ld_hidden_;
+  norm.rows = rows;
+
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+    const std::string p = "L" + std::to_string(l) + ".";
+    norm.weight = layer.input_norm.get();
+    norm.out = x_.get();
+    if (l == 0) {
+      EmbedArgs embed;
+      embed.embed_tokens = weights_.embed.get();
+      embed.anchors = d_anchors_.get();
+      embed.mask_token_id = config_.mask_token_id;
+      embed.h = h_.get();
+      norm.block_width = width;
+      launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
+      if (taps) taps->capture("embed", h_.get(), false, width, h, h);
+    } else {
+      launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+    }
+    if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
+
+    GemmEpilogue qkv_out;
+    qkv_out.out = qkv_out_.get();
+    qkv_out.ld_out = q_dim + 2 * kv_dim;
+    enqueue_gemm(kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+
+    QkNormRopeArgs rope;
+    rope.src = qkv_out_.get();
+    rope.ld_src = q_dim + 2 * kv_dim;
+    rope.q_col = 0;
+    rope.k_col = q_dim;
+    rope.v_col = q_dim + kv_dim;
+    rope.num_heads = config_.num_heads;
+    rope.num_kv_heads = config_.num_kv_heads;
+    rope.head_dim = config_.head_dim;
+    rope.q_norm = layer.q_norm.get();
+    rope.k_norm = layer.k_norm.get();
+    rope.inv_freq = inv_freq_.get();
+    rope.attention_scaling = rope_.attention_scaling;
+    rope.eps = eps;
+    rope.positions = d_positions_.get();
+    rope.q_out = q_.get();
+    rope.ld_q = q_dim;
+    rope.k_out = k_block_.get();
+    rope.v_out = v_block_.get();
+    rope.ld_kv = kv_dim;
+    rope.rows = rows;
+    launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_);
+    if (taps) {
+      taps->capture(p + "q", q_.get(), true, width, q_dim, q_dim);
+      taps->capture(p + "k", k_block_.get(), true, width, kv_dim, kv_dim);
+      taps->capture(p + "v", v_block_.get(), true, width, kv_dim, kv_dim);
+    }
+
+    AttentionArgs att;
+    att.q = q_.get();
+    att.k_block = k_block_.get();
+    att.v_block = v_block_.get();
+    att.k_pool = k_pool_[static_cast<size_t>(l)].get();
+    att.v_pool = v_pool_[static_cast<size_t>(l)].get();
+    att.block_tables = d_block_tables_.get();
+    att.window_begin = d_window_begin_.get();
+    att.window_length = d_window_length_.get();
+    att.first_logical_page = d_first_page_.get();
+    att.max_pages_per_seq = max_pages_per_seq_;
+    att.page_size = settings_.kv_page_size;
+    att.batch = batch;
+    att.block_width = width;
+    att.num_heads = config_.num_heads;
+    att.num_kv_heads = config_.num_kv_heads;
+    att.head_dim = config_.head_dim;
+    att.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+    att.max_chunks = max_chunks_;
+    att.max_block_width = max_width_;
+    att.partial_out = attn_partial_.get();
+    att.partial_max_sum = attn_max_sum_.get();
+    att.out = attn_.get();
+    att.ld_out = ld_q_;
+    launch_attention(plan_.attention, att, stream_);
+    if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
+
+    GemmEpilogue o_out;
+    o_out.residual = h_.get();
+    o_out.ld_residual = h;
+    if (taps) {
+      o_out.out = o_out_.get();
+      o_out.ld_out = h;
+    }
+    enqueue_gemm(kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
+    if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
+
+    norm.weight = layer.post_norm.get();
+    norm.out = y_.get();
+    launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+    if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
+
+    GemmEpilogue gate_up;
+    if (plan_.swiglu_fused) {
+      gate_up.swiglu_out = act_.get();
+      gate_up.ld_swiglu = ld_inter_;
+    } else {
+      gate_up.out = gate_up_out_.get();
+      gate_up.ld_out = 2 * inter;
+    }
+    enqueue_gemm(kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
+    if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_);
+
+    GemmEpilogue down;
+    down.residual = h_.get();
+    down.ld_residual = h;
+    if (taps) {
+      down.out = mlp_out_.get();
+      down.ld_out = h;
+    }
+    enqueue_gemm(kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
+    if (taps) {
+      taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
+      taps->capture(p + "out", h_.get(), false, width, h, h);
+    }
+  }
+
+  // hf = RMSNorm_norm(h); rows 1..B-1 of each block also go to the lm_head's input.
+  norm.weight = weights_.final_norm.get();
+  norm.out = hf_.get();
+  norm.draft_out = hf_draft_.get();
+  norm.block_width = width;
+  launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+  if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
+
+  GemmEpilogue logits;
+  logits.out = logits_.get();
+  logits.ld_out = vocab;
+  if (plan_.argmax_fused) {
+    logits.argmax_value = argmax_value_.get();
+    logits.argmax_index = argmax_index_.get();
+    logits.ld_argmax = argmax_blocks(vocab);
+  }
+  enqueue_gemm(kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
+  if (plan_.argmax_fused) {
+    launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(), stream_);
+  } else {
+    launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_);
+  }
+}
+
+}  // namespace dflash

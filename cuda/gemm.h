@@ -1,0 +1,97 @@
+// The drafter's GEMMs: C[m, n] = A[m, k] · W[n, k]ᵀ with bf16 activations, fp32 accumulation and
+// an fp32 epilogue (per-row E4M3 scale, bias, then store / residual add / SwiGLU / argmax partials).
+//
+// Kernels (resolved once per drafter from CudaOptions, docs/cuda-drafter.md):
+//  - kMma: our weight-only tensor-core kernel (bf16 or E4M3 weights, converted to bf16 in registers,
+//    mma.sync m16n8k16, 16-byte weight loads). Every output element is reduced in the same fixed
+//    order whatever m is: batch invariant bit for bit.
+//  - kCublasLt: cuBLASLt for bf16 weights (E4M3 weights through an exact bf16 copy of the codes);
+//    the epilogue runs as a separate kernel. Its algorithm may change with m: invariant only within
+//    a rounding bound.
+//  - kSimple: one thread per output, a plain k loop (for bisecting one kernel at a time).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+namespace dflash {
+
+enum class WeightFormat { kBf16, kE4M3 };
+
+// K is padded to a multiple of this in every weight and activation buffer (zeros past k).
+constexpr int64_t kGemmKAlign = 64;
+// Columns per argmax partial (one per 32-column block of the output).
+constexpr int64_t kArgmaxBlock = 32;
+
+inline int64_t pad_k(int64_t k) { return (k + kGemmKAlign - 1) / kGemmKAlign * kGemmKAlign; }
+inline int64_t argmax_blocks(int64_t n) { return (n + kArgmaxBlock - 1) / kArgmaxBlock; }
+
+// One weight matrix [n, k] as the GEMMs read it: row-major, rows padded to k_pad with zeros.
+struct DeviceMatrixView {
+  WeightFormat format = WeightFormat::kBf16;
+  int64_t n = 0, k = 0, k_pad = 0;
+  const void* data = nullptr;         // [n, k_pad] bf16 bits or E4M3 codes
+  const float* scale = nullptr;       // [n] per-row scale, E4M3 only
+  const float* bias = nullptr;        // [n] or null
+  const uint16_t* decoded = nullptr;  // [n, k_pad] E4M3 codes as bf16 (unscaled, exact); only when
+                                      // cuBLASLt serves an E4M3 weight
+  // Rows [first, first + count): a contiguous part of a fused weight (e.g. k and v of q|k|v).
+  DeviceMatrixView rows(int64_t first, int64_t count) const;
+};
+
+// What happens to each finished value v = acc · scale[col] + bias[col] (fp32, in that order).
+struct GemmEpilogue {
+  float* out = nullptr;  // [m, ld_out]: out = v
+  int64_t ld_out = 0;
+  float* residual = nullptr;  // [m, ld_residual]: residual = residual + v
+  int64_t ld_residual = 0;
+  uint16_t* swiglu_out = nullptr;  // [m, ld_swiglu] bf16: silu(v[2i]) · v[2i+1] (interleaved gate|up)
+  int64_t ld_swiglu = 0;
+  float* argmax_value = nullptr;    // [m, ld_argmax]: best value of each 32-column block
+  int32_t* argmax_index = nullptr;  // its column (NaN ranks highest, then lowest index on ties)
+  int64_t ld_argmax = 0;
+};
+
+enum class GemmKernel { kMma, kCublasLt, kSimple };
+const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple"
+bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
+
+// Device resources the GEMMs use; owned by the caller.
+struct GemmContext {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;        // needed for kCublasLt
+  void* lt_workspace = nullptr;         // fixed workspace, so that graph capture allocates nothing
+  size_t lt_workspace_bytes = 0;
+  float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
+  size_t raw_capacity = 0;
+};
+
+// Enqueues C = A·Wᵀ with the epilogue on ctx.stream. A: [m, lda] bf16 bits, 16-byte aligned,
+// lda >= w.k_pad and a multiple of 8, columns [w.k, w.k_pad) zero. m >= 1.
+void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
+          const DeviceMatrixView& w, const GemmEpilogue& epilogue);
+
+// cuBLASLt can serve this shape (an algorithm exists); used to resolve choices at construction.
+bool cublaslt_supports(const GemmContext& ctx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
+                       std::string* why);
+
+// Sets the mma kernels' shared-memory limits once, outside any graph capture.
+void prepare_gemm_kernels();
+void prepare_gemm_fallback_kernels();
+
+// Internal launchers (gemm.cc dispatches to them).
+void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                     const GemmEpilogue& epilogue);
+// raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
+void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                        float* raw);
+// Applies scale, bias and the epilogue to raw[m, n] (ld n).
+void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t m, const DeviceMatrixView& w,
+                          const GemmEpilogue& epilogue);
+// raw[m, n] = A·Wᵀ through cuBLASLt (bf16 weights, or the decoded copy of E4M3 ones).
+void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                     float* raw, int64_t ld_raw);
+
+}  // namespace dflash

@@ -1,0 +1,112 @@
+#include "cuda/kernel_plan.h"
+
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+GemmKernel parse_gemm(const std::string& stage, const std::string& value) {
+  if (value == "mma" || value == "auto" || value == "small-m" || value == "fp8-small-m" || value == "bf16-small-m") {
+    return GemmKernel::kMma;
+  }
+  if (value == "cublaslt" || value == "cublas") return GemmKernel::kCublasLt;
+  if (value == "simple") return GemmKernel::kSimple;
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (mma, cublaslt, simple)");
+}
+
+RowKernel parse_row(const std::string& stage, const std::string& value) {
+  if (value == "tuned" || value == "auto") return RowKernel::kTuned;
+  if (value == "simple") return RowKernel::kSimple;
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (tuned, simple)");
+}
+
+bool parse_fused(const std::string& stage, const std::string& value) {
+  if (value == "fused" || value == "auto") return true;
+  if (value == "separate" || value == "simple") return false;
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (fused, separate)");
+}
+
+}  // namespace
+
+GemmKernel KernelPlan::ctx_kernel(int64_t rows, WeightFormat format) const {
+  if (!ctx_gemm_auto) return ctx_gemm;
+  return format == WeightFormat::kBf16 && rows >= kCtxLibraryMinRows ? GemmKernel::kCublasLt : GemmKernel::kMma;
+}
+
+bool KernelPlan::uses_cublaslt() const {
+  return block_gemm == GemmKernel::kCublasLt || ctx_gemm_auto || ctx_gemm == GemmKernel::kCublasLt;
+}
+
+bool KernelPlan::cublaslt_reads_e4m3(bool fp8) const {
+  return fp8 && (block_gemm == GemmKernel::kCublasLt || (!ctx_gemm_auto && ctx_gemm == GemmKernel::kCublasLt));
+}
+
+KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& requested, int head_dim) {
+  KernelPlan plan;
+  std::string attention = "auto";
+  for (const auto& [stage, value] : requested) {
+    if (stage == "gemm") {
+      plan.block_gemm = parse_gemm(stage, value);
+    } else if (stage == "ctx_gemm") {
+      plan.ctx_gemm_auto = value == "auto";
+      if (!plan.ctx_gemm_auto) plan.ctx_gemm = parse_gemm(stage, value);
+    } else if (stage == "attention") {
+      attention = value;
+    } else if (stage == "rmsnorm") {
+      plan.rmsnorm = parse_row(stage, value);
+    } else if (stage == "qk_norm_rope" || stage == "rope") {
+      plan.qk_norm_rope = parse_row(stage, value);
+    } else if (stage == "swiglu") {
+      plan.swiglu_fused = parse_fused(stage, value);
+    } else if (stage == "argmax") {
+      plan.argmax_fused = parse_fused(stage, value);
+    } else {
+      throw bad_input("CUDA kernels: unknown stage '" + stage +
+                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax)");
+    }
+  }
+  plan.attention = choose_attention_kernel(attention, head_dim);
+  // The fused epilogues live in the mma kernel; the fallbacks run the same epilogue code as a
+  // separate kernel, so fusion choices hold for every GEMM kernel.
+  return plan;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan, bool fp8) {
+  std::vector<std::pair<std::string, std::string>> d;
+  std::string gemm = gemm_kernel_name(plan.block_gemm);
+  if (plan.block_gemm == GemmKernel::kMma) gemm += fp8 ? " (weight-only E4M3, tensor cores)" : " (bf16 weights, tensor cores)";
+  if (plan.block_gemm == GemmKernel::kCublasLt && fp8) gemm += " (E4M3 codes as exact bf16 copies, scale in the epilogue)";
+  d.emplace_back("kernel.gemm", gemm);
+  if (plan.ctx_gemm_auto) {
+    d.emplace_back("kernel.ctx_gemm", std::string("auto: cublaslt for bf16 weights (fc") + (fp8 ? "" : ", k/v") +
+                                          ") when a context chunk has more than 64 rows, mma otherwise");
+  } else {
+    d.emplace_back("kernel.ctx_gemm", gemm_kernel_name(plan.ctx_gemm));
+  }
+  d.emplace_back("kernel.attention", plan.attention.name());
+  d.emplace_back("kernel.rmsnorm", plan.rmsnorm == RowKernel::kTuned ? "tuned" : "simple");
+  d.emplace_back("kernel.qk_norm_rope", plan.qk_norm_rope == RowKernel::kTuned ? "tuned" : "simple");
+  d.emplace_back("kernel.swiglu", plan.swiglu_fused ? "fused (gate|up GEMM epilogue)" : "separate");
+  d.emplace_back("kernel.argmax", plan.argmax_fused ? "fused (lm_head GEMM epilogue partials)" : "separate");
+  std::string fallbacks;
+  for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;
+  d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);
+  std::string invariance;
+  if (plan.block_gemm == GemmKernel::kCublasLt) {
+    invariance = "within a rounding bound: cuBLASLt serves the block GEMMs";
+  } else {
+    invariance = "bitwise for block rows (own kernels, fixed reduction order)";
+  }
+  if (plan.ctx_gemm_auto) {
+    invariance += "; context rows bitwise while a context chunk has at most 64 rows, within a rounding bound above "
+                  "(cuBLASLt)";
+  } else if (plan.ctx_gemm == GemmKernel::kCublasLt) {
+    invariance += "; context rows within a rounding bound (cuBLASLt)";
+  } else {
+    invariance += "; context rows bitwise";
+  }
+  d.emplace_back("batch_invariance", invariance);
+  return d;
+}
+
+}  // namespace dflash

@@ -1,0 +1,51 @@
+// The kernel chosen for every stage of the CUDA drafter, resolved once at construction from
+// CudaOptions::kernels (after the environment), with the fallbacks taken and why. Stages and values
+// (docs/cuda-drafter.md):
+//   gemm          block-row GEMMs: mma (default; aliases auto, small-m, fp8-small-m, bf16-small-m),
+//                 cublaslt (alias cublas), simple
+//   ctx_gemm      context-row GEMMs (fc, k/v): auto (default: cuBLASLt for bf16 weights when a
+//                 chunk has more than 64 rows, mma otherwise), mma, cublaslt, simple
+//   attention     auto (default), tuned, generic, simple
+//   rmsnorm       tuned (default), simple
+//   qk_norm_rope  tuned (default), simple
+//   swiglu        fused (default: in the gate|up GEMM's epilogue), separate
+//   argmax        fused (default: partials in the lm_head GEMM's epilogue), separate
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/elementwise.h"
+#include "cuda/gemm.h"
+
+namespace dflash {
+
+struct KernelPlan {
+  GemmKernel block_gemm = GemmKernel::kMma;
+  bool ctx_gemm_auto = true;  // auto: per chunk and weight format
+  GemmKernel ctx_gemm = GemmKernel::kMma;  // when not auto
+  AttentionChoice attention;
+  RowKernel rmsnorm = RowKernel::kTuned;
+  RowKernel qk_norm_rope = RowKernel::kTuned;
+  bool swiglu_fused = true;
+  bool argmax_fused = true;
+  std::vector<std::string> fallbacks;  // "stage: wanted -> used (why)"
+
+  // Rows above which ctx_gemm=auto hands bf16-weight context GEMMs to cuBLASLt.
+  static constexpr int64_t kCtxLibraryMinRows = 65;
+  GemmKernel ctx_kernel(int64_t rows, WeightFormat format) const;
+  bool uses_cublaslt() const;
+  // Whether an E4M3 weight may reach cuBLASLt (it then needs a decoded bf16 copy).
+  bool cublaslt_reads_e4m3(bool fp8) const;
+};
+
+// Throws kBadInput naming the stage or value for unknown stages or kernels, and for a head_dim no
+// attention kernel serves.
+KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& requested, int head_dim);
+
+// describe() entries of the plan.
+std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan, bool fp8);
+
+}  // namespace dflash

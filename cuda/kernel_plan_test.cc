@@ -1,0 +1,165 @@
+// CPU-side tests of the CUDA drafter (they run in CI, where there is no GPU): lever parsing, the
+// attention dispatch and its head_dim check, the environment, and the refusal without a device.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/attention.h"
+#include "cuda/cuda_drafter.h"
+#include "cuda/kernel_plan.h"
+
+namespace dflash {
+namespace {
+
+template <typename F>
+std::string bad_input_message(F&& f) {
+  try {
+    f();
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kBadInput)) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(KernelPlan, DefaultsAndEveryLever) {
+  const KernelPlan d = resolve_kernel_plan({}, 128);
+  EXPECT_EQ(d.block_gemm, GemmKernel::kMma);
+  EXPECT_TRUE(d.ctx_gemm_auto);
+  EXPECT_EQ(d.attention.kernel, AttentionKernel::kTuned);
+  EXPECT_EQ(d.attention.compiled_head_dim, 128);
+  EXPECT_EQ(d.attention.name(), "tuned-d128");
+  EXPECT_TRUE(d.swiglu_fused);
+  EXPECT_TRUE(d.argmax_fused);
+  // auto hands bf16 context GEMMs of more than 64 rows to cuBLASLt, E4M3 ones never.
+  EXPECT_EQ(d.ctx_kernel(64, WeightFormat::kBf16), GemmKernel::kMma);
+  EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kCublasLt);
+  EXPECT_EQ(d.ctx_kernel(256, WeightFormat::kE4M3), GemmKernel::kMma);
+
+  const KernelPlan p = resolve_kernel_plan({{"gemm", "cublas"}, {"ctx_gemm", "simple"}, {"attention", "simple"},
+                                            {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"}, {"swiglu", "separate"},
+                                            {"argmax", "separate"}},
+                                           64);
+  EXPECT_EQ(p.block_gemm, GemmKernel::kCublasLt);
+  EXPECT_FALSE(p.ctx_gemm_auto);
+  EXPECT_EQ(p.ctx_kernel(1, WeightFormat::kBf16), GemmKernel::kSimple);
+  EXPECT_EQ(p.attention.kernel, AttentionKernel::kSimple);
+  EXPECT_EQ(p.rmsnorm, RowKernel::kSimple);
+  EXPECT_EQ(p.qk_norm_rope, RowKernel::kSimple);
+  EXPECT_FALSE(p.swiglu_fused);
+  EXPECT_FALSE(p.argmax_fused);
+  EXPECT_TRUE(p.cublaslt_reads_e4m3(true));
+  EXPECT_FALSE(p.cublaslt_reads_e4m3(false));
+  bool described = false;
+  for (const auto& [k, v] : describe_kernel_plan(p, true)) {
+    if (k == "batch_invariance") described = v.find("within a rounding bound") != std::string::npos;
+  }
+  EXPECT_TRUE(described);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm", "fp8-small-m"}}, 64).block_gemm, GemmKernel::kMma);
+}
+
+TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
+  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"gemmm", "mma"}}, 64); }).find("gemmm"), std::string::npos);
+  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"gemm", "fast"}}, 64); }).find("gemm=fast"), std::string::npos);
+  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"attention", "flash"}}, 64); }).find("flash"), std::string::npos);
+  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"swiglu", "maybe"}}, 64); }).find("swiglu"), std::string::npos);
+}
+
+TEST(AttentionDispatch, EachHeadDimGetsTheKernelBuiltForIt) {
+  for (int d : {64, 128, 256}) {
+    const AttentionChoice c = choose_attention_kernel("auto", d);
+    EXPECT_EQ(c.kernel, AttentionKernel::kTuned);
+    EXPECT_EQ(c.compiled_head_dim, d);
+  }
+  for (int d : {12, 16, 32, 96, 250}) {
+    EXPECT_EQ(choose_attention_kernel("auto", d).kernel, AttentionKernel::kGeneric) << d;
+    EXPECT_NE(bad_input_message([d] { choose_attention_kernel("tuned", d); }).find("head_dim " + std::to_string(d)),
+              std::string::npos);
+  }
+  for (int d : {0, 15, 258, 512}) {
+    EXPECT_NE(bad_input_message([d] { choose_attention_kernel("auto", d); }).find("head_dim " + std::to_string(d)),
+              std::string::npos);
+  }
+}
+
+TEST(AttentionDispatch, AKernelBuiltForOneHeadDimRefusesToRunAnother) {
+  // The failure class "attention built for head_dim 256 ran on a 128 drafter": the launch checks
+  // the compiled head_dim against the arguments before touching the device.
+  const AttentionChoice d256 = choose_attention_kernel("tuned", 256);
+  AttentionArgs args;
+  args.head_dim = 128;
+  try {
+    launch_attention(d256, args, nullptr);
+    ADD_FAILURE() << "a d256 kernel accepted head_dim 128";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kInternal));
+    EXPECT_NE(std::string(e.what()).find("built for head_dim 256"), std::string::npos) << e.what();
+  }
+}
+
+class EnvironmentTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* v : {"DFLASH_CUDA_GRAPHS", "DFLASH_CUDA_WARMUP", "DFLASH_CUDA_KERNELS", "DFLASH_CUDA_PRECISION",
+                          "DFLASH_CUDA_DEVICE"}) {
+      unsetenv(v);
+    }
+  }
+};
+
+TEST_F(EnvironmentTest, VariablesApplyOnTopOfTheOptions) {
+  CudaOptions base;
+  base.kernels["attention"] = "generic";
+  base.kernels["rmsnorm"] = "simple";
+  setenv("DFLASH_CUDA_GRAPHS", "0", 1);
+  setenv("DFLASH_CUDA_WARMUP", "5", 1);
+  setenv("DFLASH_CUDA_KERNELS", "gemm=cublas,attention=simple", 1);
+  setenv("DFLASH_CUDA_PRECISION", "bf16", 1);
+  const CudaOptions o = base.with_environment();
+  EXPECT_FALSE(o.graphs);
+  EXPECT_EQ(o.warmup, 5);
+  EXPECT_EQ(o.kernels.at("gemm"), "cublas");
+  EXPECT_EQ(o.kernels.at("attention"), "simple");
+  EXPECT_EQ(o.kernels.at("rmsnorm"), "simple");
+  EXPECT_EQ(o.precision, "bf16");
+  unsetenv("DFLASH_CUDA_GRAPHS");
+  EXPECT_TRUE(CudaOptions{}.with_environment().graphs);
+}
+
+TEST_F(EnvironmentTest, MalformedValuesAreRefusedNamingTheVariable) {
+  const std::pair<const char*, const char*> bad[] = {{"DFLASH_CUDA_GRAPHS", "yes please"},
+                                                     {"DFLASH_CUDA_WARMUP", "-1"},
+                                                     {"DFLASH_CUDA_WARMUP", "2x"},
+                                                     {"DFLASH_CUDA_KERNELS", "gemm"},
+                                                     {"DFLASH_CUDA_KERNELS", "gemm=mma,,attention=auto"},
+                                                     {"DFLASH_CUDA_PRECISION", "fp32"}};
+  for (const auto& [name, value] : bad) {
+    setenv(name, value, 1);
+    EXPECT_NE(bad_input_message([] { CudaOptions{}.with_environment(); }).find(name), std::string::npos) << value;
+    unsetenv(name);
+  }
+}
+
+TEST(CudaDevice, WithoutAUsableDeviceTheDrafterIsUnsupported) {
+  std::string why;
+  if (cuda_device_available(&why)) GTEST_SKIP() << "a device is present; this test is for machines without one";
+  EXPECT_FALSE(why.empty());
+  DrafterConfig config;
+  config.hidden_size = 64, config.num_layers = 1, config.num_heads = 4, config.num_kv_heads = 4, config.head_dim = 16;
+  config.intermediate_size = 128, config.vocab_size = 100, config.block_size = 4, config.target_layer_ids = {1};
+  config.target_hidden_size = 64;
+  HeadSettings settings;
+  settings.precision = Precision::kFp8;
+  try {
+    make_cuda_drafter(config, std::make_shared<DrafterWeights>(), settings, CudaOptions{});
+    ADD_FAILURE() << "constructed without a device";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kUnsupported)) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,197 @@
+// Paged attention (tuned d = 64/128/256, generic, simple) against a CPU loop in double: GQA, windows
+// of 1 to several chunks starting mid-page, shuffled physical pages, block rows attending to each
+// other, guard bands around the output.
+//
+// Error bound per output element (derivation): each score is a d-term fp32 dot product of bf16
+// values, off by at most δs = (d + 2)·2^-23·scale·Σ|q·k|; a softmax weight's relative error is then
+// at most 2·δs plus (T + 10)·2^-23 for the exp and the T-term sums; the weighted mean of the values
+// moves by at most that times max|v|; the final bf16 store adds u_bf16 = 2^-8 relative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cuda/attention.h"
+#include "cuda/device_buffer.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/random_drafter.h"
+
+namespace dflash {
+namespace {
+
+struct Case {
+  int head_dim, num_heads, num_kv_heads;
+  std::string kernel;  // choose_attention_kernel request
+};
+
+std::vector<uint16_t> random_bits(size_t count, uint64_t seed, float range) {
+  std::vector<uint16_t> bits(count);
+  for (size_t i = 0; i < count; ++i) bits[i] = float_to_bf16_bits(random_bf16(seed, 9, i, -range, range));
+  return bits;
+}
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& host) {
+  DeviceBuffer<T> d(host.size());
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+void run_case(const Case& c) {
+  const int batch = 3, width = 5, page = 16;
+  const int d = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads, group = nh / nkv;
+  const int64_t kv_dim = static_cast<int64_t>(nkv) * d, q_dim = static_cast<int64_t>(nh) * d;
+  const std::vector<int64_t> window_begin = {0, 37, 1000};
+  const std::vector<int32_t> window_length = {1, 64, 150};
+  const int64_t max_window = 160;
+  const int max_pages = static_cast<int>(max_window / page + 1);
+  const int max_chunks = static_cast<int>((max_window + width + kAttentionChunk - 1) / kAttentionChunk);
+  const int num_pages = batch * max_pages;
+
+  // Physical pages in a shuffled order, each sequence's logical pages from window_begin / page on.
+  std::vector<int32_t> order(static_cast<size_t>(num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  for (int i = num_pages - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>((i * 7919 + 13) % (i + 1))]);
+  std::vector<int32_t> tables(static_cast<size_t>(batch * max_pages), -1);
+  std::vector<int64_t> first_page(static_cast<size_t>(batch));
+  int next = 0;
+  for (int b = 0; b < batch; ++b) {
+    first_page[static_cast<size_t>(b)] = window_begin[static_cast<size_t>(b)] / page;
+    const int64_t last = (window_begin[static_cast<size_t>(b)] + window_length[static_cast<size_t>(b)] - 1) / page;
+    for (int64_t lp = first_page[static_cast<size_t>(b)]; lp <= last; ++lp) {
+      tables[static_cast<size_t>(b * max_pages + (lp - first_page[static_cast<size_t>(b)]))] = order[static_cast<size_t>(next++)];
+    }
+  }
+  const int64_t slots = static_cast<int64_t>(num_pages) * page;
+  const std::vector<uint16_t> k_pool = random_bits(static_cast<size_t>(slots * kv_dim), 1, 1.0f);
+  const std::vector<uint16_t> v_pool = random_bits(static_cast<size_t>(slots * kv_dim), 2, 1.0f);
+  const int64_t rows = static_cast<int64_t>(batch) * width;
+  const std::vector<uint16_t> q = random_bits(static_cast<size_t>(rows * q_dim), 3, 2.0f);
+  const std::vector<uint16_t> k_block = random_bits(static_cast<size_t>(rows * kv_dim), 4, 1.0f);
+  const std::vector<uint16_t> v_block = random_bits(static_cast<size_t>(rows * kv_dim), 5, 1.0f);
+
+  const AttentionChoice choice = choose_attention_kernel(c.kernel, d);
+  const int64_t ld_out = q_dim + 8;  // guard columns after every row
+  const uint16_t sentinel = 0x7fc1;  // a NaN pattern nothing writes
+  std::vector<uint16_t> out_init(static_cast<size_t>((rows + 1) * ld_out), sentinel);  // plus a guard row
+
+  auto dk = upload(k_pool), dv = upload(v_pool), dq = upload(q), dkb = upload(k_block), dvb = upload(v_block);
+  auto dtables = upload(tables);
+  auto dbegin = upload(window_begin);
+  auto dlen = upload(window_length);
+  auto dfirst = upload(first_page);
+  auto dout = upload(out_init);
+  DeviceBuffer<float> partial(static_cast<size_t>(attention_partial_floats(batch, nh, width, max_chunks, d)));
+  DeviceBuffer<float> max_sum(static_cast<size_t>(attention_partial_floats(batch, nh, width, max_chunks, 2)));
+
+  AttentionArgs a;
+  a.q = dq.get();
+  a.k_block = dkb.get();
+  a.v_block = dvb.get();
+  a.k_pool = dk.get();
+  a.v_pool = dv.get();
+  a.block_tables = dtables.get();
+  a.window_begin = dbegin.get();
+  a.window_length = dlen.get();
+  a.first_logical_page = dfirst.get();
+  a.max_pages_per_seq = max_pages;
+  a.page_size = page;
+  a.batch = batch;
+  a.block_width = width;
+  a.num_heads = nh;
+  a.num_kv_heads = nkv;
+  a.head_dim = d;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  a.max_chunks = max_chunks;
+  a.max_block_width = width;
+  a.partial_out = partial.get();
+  a.partial_max_sum = max_sum.get();
+  a.out = dout.get();
+  a.ld_out = ld_out;
+  prepare_attention_kernels();
+  launch_attention(choice, a, nullptr);
+  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  std::vector<uint16_t> out(out_init.size());
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(out.data(), dout.get(), out.size() * 2, cudaMemcpyDeviceToHost));
+
+  auto value = [](const std::vector<uint16_t>& v, int64_t i) { return static_cast<double>(bf16_bits_to_float(v[static_cast<size_t>(i)])); };
+  double worst = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = window_length[static_cast<size_t>(b)];
+    const int64_t total = len + width;
+    for (int i = 0; i < width; ++i) {
+      const int64_t row = static_cast<int64_t>(b) * width + i;
+      for (int head = 0; head < nh; ++head) {
+        const int kvh = head / group;
+        std::vector<double> score(static_cast<size_t>(total));
+        std::vector<int64_t> key_base(static_cast<size_t>(total));
+        std::vector<const std::vector<uint16_t>*> k_src(static_cast<size_t>(total)), v_src(static_cast<size_t>(total));
+        double max_score = -INFINITY, max_mag = 0;
+        for (int64_t j = 0; j < total; ++j) {
+          if (j < len) {
+            const int64_t pos = window_begin[static_cast<size_t>(b)] + j;
+            const int32_t phys = tables[static_cast<size_t>(b * max_pages + (pos / page - first_page[static_cast<size_t>(b)]))];
+            key_base[static_cast<size_t>(j)] = (static_cast<int64_t>(phys) * page + pos % page) * kv_dim + kvh * d;
+            k_src[static_cast<size_t>(j)] = &k_pool;
+            v_src[static_cast<size_t>(j)] = &v_pool;
+          } else {
+            key_base[static_cast<size_t>(j)] = (static_cast<int64_t>(b) * width + (j - len)) * kv_dim + kvh * d;
+            k_src[static_cast<size_t>(j)] = &k_block;
+            v_src[static_cast<size_t>(j)] = &v_block;
+          }
+          double dot = 0, mag = 0;
+          for (int e = 0; e < d; ++e) {
+            const double p = value(q, row * q_dim + head * d + e) * value(*k_src[static_cast<size_t>(j)], key_base[static_cast<size_t>(j)] + e);
+            dot += p;
+            mag += std::fabs(p);
+          }
+          score[static_cast<size_t>(j)] = dot * a.scale;
+          max_score = std::max(max_score, score[static_cast<size_t>(j)]);
+          max_mag = std::max(max_mag, mag * a.scale);
+        }
+        double sum = 0;
+        for (double& s : score) sum += (s = std::exp(s - max_score));
+        const double delta_s = (d + 2) * 0x1p-23 * max_mag;
+        for (int e = 0; e < d; ++e) {
+          double o = 0, vmax = 0;
+          for (int64_t j = 0; j < total; ++j) {
+            const double v = value(*v_src[static_cast<size_t>(j)], key_base[static_cast<size_t>(j)] + e);
+            o += score[static_cast<size_t>(j)] * v;
+            vmax = std::max(vmax, std::fabs(v));
+          }
+          o /= sum;
+          const double bound = 0x1p-8 * std::fabs(o) + (2 * delta_s + (total + 10) * 0x1p-23) * vmax * 1.01;
+          const double got = value(out, row * ld_out + head * d + e);
+          ASSERT_FALSE(std::isnan(got)) << choice.name() << " unwritten output b" << b << " i" << i << " h" << head << " e" << e;
+          worst = std::max(worst, std::fabs(got - o) / bound);
+          ASSERT_LE(std::fabs(got - o), bound) << choice.name() << " d=" << d << " b" << b << " i" << i << " h" << head << " e" << e;
+        }
+      }
+      for (int64_t g = q_dim; g < ld_out; ++g) ASSERT_EQ(out[static_cast<size_t>(row * ld_out + g)], sentinel) << "guard column written";
+    }
+  }
+  for (int64_t g = 0; g < ld_out; ++g) ASSERT_EQ(out[static_cast<size_t>(rows * ld_out + g)], sentinel) << "guard row written";
+  std::printf("[attention] %-10s d=%3d nh=%d nkv=%d: max error/bound %.3g\n", choice.name().c_str(), d, nh, nkv, worst);
+}
+
+TEST(AttentionGpu, TunedKernelsForEveryBuiltHeadDim) {
+  DFLASH_REQUIRE_GPU();
+  run_case({64, 8, 2, "tuned"});
+  run_case({128, 8, 2, "tuned"});
+  run_case({256, 4, 1, "tuned"});
+}
+
+TEST(AttentionGpu, GenericAndSimpleKernels) {
+  DFLASH_REQUIRE_GPU();
+  run_case({16, 6, 2, "auto"});   // generic, the oracle fixtures' head_dim
+  run_case({12, 4, 2, "auto"});   // generic, head_dim not a multiple of 4
+  run_case({128, 8, 2, "generic"});
+  run_case({64, 8, 8, "simple"});
+  run_case({32, 4, 1, "simple"});
+}
+
+}  // namespace
+}  // namespace dflash

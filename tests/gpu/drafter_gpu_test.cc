@@ -1,0 +1,341 @@
+// The CUDA drafter as a DraftProposer: graph replay bit-identical to eager across changing
+// positions, widths, batches and page tables; batch and page-permutation invariance; determinism;
+// errors that leave every sequence unchanged; the width clamp; taps; refused configurations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/cuda_drafter.h"
+#include "cuda/cuda_drafter_impl.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/random_drafter.h"
+
+namespace dflash {
+namespace {
+
+RandomGeometry small_geometry(int head_dim) {
+  RandomGeometry g;
+  g.name = "small-d" + std::to_string(head_dim);
+  g.hidden = 256, g.layers = 2, g.heads = 4, g.kv_heads = 2, g.head_dim = head_dim, g.intermediate = 384, g.vocab = 1000;
+  g.block = 8, g.target_layer_ids = {1, 3}, g.theta = 1e6, g.eps = 1e-6, g.mask_token_id = 7;
+  if (head_dim == 16) g.bias = true, g.yarn_factor = 4, g.yarn_original = 32, g.theta = 10000;
+  return g;
+}
+
+struct Step {
+  int width = 8;
+  std::vector<int> release;
+  struct Entry {
+    int seq;
+    int64_t rows, start;
+    int anchor;
+  };
+  std::vector<Entry> entries;
+};
+
+// Positions, widths, batch compositions, window slides (ctx_cap 24, pages of 4) and page reuse
+// all change between steps; some (width, batch) keys repeat so graphs are captured and replayed.
+std::vector<Step> script() {
+  return {
+      {8, {}, {{0, 10, 10, 1}}},
+      {8, {}, {{0, 3, 13, 2}}},
+      {8, {}, {{0, 0, 13, 3}}},
+      {8, {}, {{0, 7, 20, 4}}},
+      {8, {}, {{1, 20, 20, 5}, {0, 5, 25, 6}}},
+      {8, {}, {{0, 1, 26, 7}, {1, 9, 29, 8}}},
+      {8, {}, {{1, 4, 33, 9}, {0, 30, 56, 10}}},
+      {5, {}, {{0, 2, 58, 11}, {1, 1, 34, 12}}},
+      {5, {}, {{1, 0, 34, 13}, {0, 0, 58, 14}}},
+      {5, {0}, {{1, 6, 40, 15}}},
+      {5, {}, {{2, 12, 12, 16}, {1, 3, 43, 17}}},
+      {8, {}, {{2, 2, 14, 18}, {1, 0, 43, 19}}},
+      {3, {}, {{2, 40, 54, 20}}},
+      {3, {}, {{2, 1, 55, 21}}},
+      {3, {}, {{2, 1, 56, 22}}},
+  };
+}
+
+HeadSettings small_settings(Precision precision, uint64_t page_seed = 0) {
+  HeadSettings s;
+  s.gamma = 8;
+  s.ctx_cap = 24;
+  s.max_batch = 3;
+  s.kv_page_size = 4;
+  s.precision = precision;
+  s.page_order_seed = page_seed;
+  return s;
+}
+
+// Runs the script; contexts are a function of (seq, first position) so any two drafters see the
+// same inputs. `only` restricts to one sequence (for the batch-invariance comparison).
+std::vector<ProposeOutput> run_script(DraftProposer& d, const std::vector<Step>& steps, bool want_taps = false,
+                                      int only = -1) {
+  std::vector<ProposeOutput> all;
+  std::map<int, bool> added;
+  for (const Step& step : steps) {
+    for (int seq : step.release) {
+      if (only < 0 || seq == only) d.release_sequence(seq);
+    }
+    std::vector<Tensor> contexts;
+    contexts.reserve(step.entries.size());
+    std::vector<ProposeInput> batch;
+    for (const Step::Entry& e : step.entries) {
+      if (only >= 0 && e.seq != only) continue;
+      if (!added[e.seq]) {
+        d.add_sequence(e.seq);
+        added[e.seq] = true;
+      }
+      contexts.push_back(make_random_context(e.rows, d.config().ctx_feature_dim(), 1000 * e.seq + e.start));
+    }
+    size_t c = 0;
+    for (const Step::Entry& e : step.entries) {
+      if (only >= 0 && e.seq != only) continue;
+      batch.push_back({e.seq, &contexts[c++], e.start, e.anchor});
+    }
+    if (batch.empty()) continue;
+    d.set_block_g(step.width);
+    for (ProposeOutput& out : d.propose(batch, want_taps)) all.push_back(std::move(out));
+  }
+  return all;
+}
+
+void expect_bitwise_equal(const std::vector<ProposeOutput>& a, const std::vector<ProposeOutput>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].seq, b[i].seq) << what;
+    ASSERT_EQ(a[i].block_width, b[i].block_width) << what;
+    ASSERT_EQ(a[i].draft_tokens, b[i].draft_tokens) << what << " output " << i;
+    ASSERT_EQ(a[i].logits.shape, b[i].logits.shape) << what;
+    for (size_t j = 0; j < a[i].logits.values.size(); ++j) {
+      ASSERT_EQ(gpu_test::float_bits(a[i].logits.values[j]), gpu_test::float_bits(b[i].logits.values[j]))
+          << what << " output " << i << " (seq " << a[i].seq << ") logit " << j;
+    }
+  }
+}
+
+struct Variant {
+  int head_dim;
+  Precision precision;
+};
+
+class DrafterGpu : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { DFLASH_REQUIRE_GPU(); }
+  DrafterConfig config() const { return make_config(small_geometry(GetParam().head_dim)); }
+};
+
+TEST_P(DrafterGpu, GraphReplayIsBitIdenticalToEager) {
+  const DrafterConfig c = config();
+  const auto w = make_random_weights(c, 5);
+  CudaOptions graphs;
+  graphs.graphs = true;
+  graphs.warmup = 1;
+  CudaOptions eager;
+  eager.graphs = false;
+  CudaDrafter with_graphs(c, w, small_settings(GetParam().precision), graphs);
+  CudaDrafter without(c, w, small_settings(GetParam().precision), eager);
+  expect_bitwise_equal(run_script(with_graphs, script()), run_script(without, script()), "graphs vs eager");
+  EXPECT_TRUE(with_graphs.graph_captured(8, 1));
+  EXPECT_TRUE(with_graphs.graph_captured(8, 2));
+  EXPECT_TRUE(with_graphs.graph_captured(5, 2));
+  EXPECT_TRUE(with_graphs.graph_captured(3, 1));
+  EXPECT_FALSE(without.graph_captured(8, 1));
+}
+
+TEST_P(DrafterGpu, BatchPagePermutationAndRunToRunInvariance) {
+  const DrafterConfig c = config();
+  const auto w = make_random_weights(c, 6);
+  CudaOptions o;
+  o.warmup = 1;
+  CudaDrafter batched(c, w, small_settings(GetParam().precision), o);
+  CudaDrafter shuffled(c, w, small_settings(GetParam().precision, 99), o);
+  CudaDrafter alone(c, w, small_settings(GetParam().precision), o);
+  CudaDrafter again(c, w, small_settings(GetParam().precision), o);
+  const auto all = run_script(batched, script());
+  expect_bitwise_equal(all, run_script(shuffled, script()), "page order permuted");
+  expect_bitwise_equal(all, run_script(again, script()), "run to run");
+  std::vector<ProposeOutput> seq1;
+  for (const ProposeOutput& out : all) {
+    if (out.seq == 1) seq1.push_back(out);
+  }
+  expect_bitwise_equal(seq1, run_script(alone, script(), false, 1), "sequence 1 alone vs batched");
+}
+
+TEST_P(DrafterGpu, TapsComeInForwardOrderWithTheirShapesAndChangeNothing) {
+  const DrafterConfig c = config();
+  const auto w = make_random_weights(c, 7);
+  CudaDrafter plain(c, w, small_settings(GetParam().precision), CudaOptions{});
+  CudaDrafter tapped(c, w, small_settings(GetParam().precision), CudaOptions{});
+  const std::vector<Step> steps = script();
+  const auto without = run_script(plain, steps);
+  const auto with = run_script(tapped, steps, true);
+  expect_bitwise_equal(without, with, "taps on vs off");
+  std::vector<std::string> names = {"ctx_proj", "embed"};
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (const char* s : {"attn_norm", "q", "k", "v", "attn", "o_proj", "mlp_norm", "mlp", "out"}) {
+      names.push_back("L" + std::to_string(l) + "." + s);
+    }
+  }
+  names.push_back("final_norm");
+  names.push_back("logits");
+  const ProposeOutput& first = with.front();  // step 0: 10 context rows, width 8
+  ASSERT_EQ(first.taps.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(first.taps[i].name, names[i]);
+  const int64_t b = first.block_width;
+  EXPECT_EQ(first.taps[0].value.shape, (std::vector<int64_t>{10, c.hidden_size}));
+  EXPECT_EQ(first.taps[1].value.shape, (std::vector<int64_t>{b, c.hidden_size}));
+  EXPECT_EQ(first.taps[3].value.shape, (std::vector<int64_t>{b, c.q_dim()}));
+  EXPECT_EQ(first.taps[4].value.shape, (std::vector<int64_t>{b, c.kv_dim()}));
+  EXPECT_EQ(first.taps.back().value.shape, (std::vector<int64_t>{b - 1, c.vocab_size}));
+  for (size_t j = 0; j < first.logits.values.size(); ++j) ASSERT_EQ(first.taps.back().value.values[j], first.logits.values[j]);
+  // Embedding rows are exact copies of embed_tokens rows: anchor, then mask tokens.
+  for (int64_t col = 0; col < c.hidden_size; ++col) {
+    ASSERT_EQ(first.taps[1].value.row(0)[col], w->embed_tokens.row(1)[col]);
+    ASSERT_EQ(first.taps[1].value.row(3)[col], w->embed_tokens.row(c.mask_token_id)[col]);
+  }
+  // A window longer than the cap: step 6 brings 30 rows for sequence 0, only the last 24 enter.
+  for (const ProposeOutput& out : with) {
+    if (out.seq == 0 && out.taps[0].value.rows() == 24) return;
+  }
+  ADD_FAILURE() << "no propose admitted exactly ctx_cap rows";
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, DrafterGpu,
+                         ::testing::Values(Variant{64, Precision::kFp8}, Variant{64, Precision::kBf16},
+                                           Variant{16, Precision::kFp8}, Variant{16, Precision::kBf16}),
+                         [](const auto& info) {
+                           return "d" + std::to_string(info.param.head_dim) + "_" + precision_name(info.param.precision);
+                         });
+
+TEST(DrafterGpuErrors, FailedProposesLeaveEverySequenceUnchanged) {
+  DFLASH_REQUIRE_GPU();
+  const DrafterConfig c = make_config(small_geometry(64));
+  const auto w = make_random_weights(c, 8);
+  HeadSettings s = small_settings(Precision::kFp8);
+  s.pool_pages = 5;  // 20 slots
+  s.ctx_cap = 16;
+  CudaDrafter d(c, w, s, CudaOptions{});
+  CudaDrafter fresh(c, w, s, CudaOptions{});
+  d.add_sequence(0);
+  d.add_sequence(1);
+  fresh.add_sequence(0);
+  const int64_t width = c.ctx_feature_dim();
+  const Tensor c12 = make_random_context(12, width, 1), c8 = make_random_context(8, width, 2), c2 = make_random_context(2, width, 3);
+  d.propose({{0, &c12, 12, 1}}, false);
+  fresh.propose({{0, &c12, 12, 1}}, false);
+  const SequenceView before = d.sequence_view(0);
+  const PoolView pool_before = d.pool_view();
+  auto expect_unchanged = [&](const std::string& what) {
+    const SequenceView after = d.sequence_view(0);
+    EXPECT_EQ(after.next_position, before.next_position) << what;
+    EXPECT_EQ(after.block_table, before.block_table) << what;
+    EXPECT_EQ(d.pool_view().free_pages, pool_before.free_pages) << what;
+    EXPECT_EQ(d.pool_view().page_owner, pool_before.page_owner) << what;
+  };
+  auto expect_error = [&](ErrorKind kind, const std::vector<ProposeInput>& batch, const std::string& needle) {
+    try {
+      d.propose(batch, false);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const HarnessError& e) {
+      EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    expect_unchanged(needle);
+  };
+  // 12 + 8 rows need 3 + 2 pages of the 5, with sequence 0 sliding: sequence 1 alone (8 rows) after
+  // 0 takes 3 more pages would exhaust the pool. Pool exhaustion is atomic over the whole batch.
+  expect_error(ErrorKind::kPoolExhausted, {{0, &c12, 24, 2}, {1, &c8, 8, 3}}, "exhausted");
+  expect_error(ErrorKind::kBadInput, {{0, &c2, 20, 2}}, "gap");
+  expect_error(ErrorKind::kBadInput, {{0, &c2, 13, 2}}, "overlap");
+  Tensor bad = c2;
+  bad.values[static_cast<size_t>(width + 5)] = NAN;
+  expect_error(ErrorKind::kBadInput, {{0, &bad, 14, 2}}, "row 1, column 5 is NaN");
+  expect_error(ErrorKind::kBadInput, {{0, &c2, 14, c.vocab_size}}, "anchor");
+  expect_error(ErrorKind::kBadInput, {{0, &c2, 14, 1}, {0, &c2, 14, 1}}, "twice");
+  expect_error(ErrorKind::kBadInput, {{5, &c2, 2, 1}}, "not active");
+  // Afterwards the sequence continues exactly as on a drafter that never saw the errors.
+  expect_bitwise_equal(d.propose({{0, &c2, 14, 4}}, false), fresh.propose({{0, &c2, 14, 4}}, false), "after errors");
+}
+
+TEST(DrafterGpuErrors, WidthClampAndRefusedConfigurations) {
+  DFLASH_REQUIRE_GPU();
+  const DrafterConfig c = make_config(small_geometry(64));
+  const auto w = make_random_weights(c, 9);
+  for (int gamma : {0, 1, 2, 8}) {
+    HeadSettings s = small_settings(Precision::kBf16);
+    s.gamma = gamma;
+    CudaDrafter d(c, w, s, CudaOptions{});
+    d.add_sequence(0);
+    int64_t start = 0;
+    for (int requested : {0, 1, 2, gamma, gamma + 1, 1000}) {
+      d.set_block_g(requested);
+      const int expected = std::clamp(requested, 2, std::max(gamma, 2));
+      ASSERT_EQ(d.block_g(), expected);
+      const Tensor ctx = make_random_context(3, c.ctx_feature_dim(), static_cast<uint64_t>(start));
+      start += 3;
+      const auto out = d.propose({{0, &ctx, start, 1}}, false);
+      ASSERT_EQ(out[0].block_width, expected);
+      ASSERT_EQ(out[0].logits.shape, (std::vector<int64_t>{expected - 1, c.vocab_size}));
+      ASSERT_EQ(out[0].draft_tokens.size(), static_cast<size_t>(expected - 1));
+      for (int32_t t : out[0].draft_tokens) ASSERT_TRUE(t >= 0 && t < c.vocab_size);
+    }
+  }
+  auto expect_refused = [&](const DrafterConfig& config, const HeadSettings& s, const CudaOptions& o, const std::string& needle) {
+    try {
+      CudaDrafter d(config, w, s, o);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const HarnessError& e) {
+      EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kBadInput)) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(c, small_settings(Precision::kFp32), CudaOptions{}, "fp32");
+  CudaOptions tuned;
+  tuned.kernels["attention"] = "tuned";
+  const DrafterConfig c16 = make_config(small_geometry(16));
+  expect_refused(c16, small_settings(Precision::kFp8), tuned, "head_dim 16");
+  CudaOptions unknown;
+  unknown.kernels["gemmm"] = "mma";
+  expect_refused(c, small_settings(Precision::kFp8), unknown, "gemmm");
+}
+
+TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
+  DFLASH_REQUIRE_GPU();
+  // Each stage switched to its plain fallback alone gives results within the bf16-boundary bound of
+  // the default drafter (docs/cuda-drafter.md), and describe() names the choice.
+  const DrafterConfig c = make_config(small_geometry(64));
+  const auto w = make_random_weights(c, 10);
+  CudaDrafter base(c, w, small_settings(Precision::kFp8), CudaOptions{});
+  const auto expected = run_script(base, script());
+  const std::vector<std::pair<std::string, std::string>> levers = {
+      {"gemm", "cublaslt"}, {"gemm", "simple"}, {"ctx_gemm", "mma"}, {"ctx_gemm", "simple"}, {"ctx_gemm", "cublaslt"},
+      {"attention", "generic"}, {"attention", "simple"}, {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"},
+      {"swiglu", "separate"}, {"argmax", "separate"}};
+  for (const auto& [stage, kernel] : levers) {
+    CudaOptions o;
+    o.kernels[stage] = kernel;
+    CudaDrafter d(c, w, small_settings(Precision::kFp8), o);
+    bool described = false;
+    for (const auto& [key, value] : d.describe()) {
+      if (key == "kernel." + stage && value.find(kernel) != std::string::npos) described = true;
+    }
+    EXPECT_TRUE(described) << stage << "=" << kernel;
+    const auto got = run_script(d, script());
+    ASSERT_EQ(got.size(), expected.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto cmp = gpu_test::compare_stage(got[i].logits, expected[i].logits, gpu_test::bf16_boundaries("logits", c.num_layers));
+      EXPECT_TRUE(cmp.ok()) << stage << "=" << kernel << " output " << i << ": max rel " << cmp.max_rel << " rms " << cmp.max_rms_rel;
+      worst = std::max(worst, cmp.max_rel);
+    }
+    std::printf("[levers] %s=%s: logits max |diff| / row max vs default %.3g\n", stage.c_str(), kernel.c_str(), worst);
+  }
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,399 @@
+// Every GEMM kernel (mma, cuBLASLt, simple) × weight format (E4M3, bf16) against a CPU loop in
+// double at every m the drafter uses (1..64 block rows, and context chunk sizes), the epilogues,
+// batch invariance bit for bit for our own kernels, E4M3 subnormal codes exactly, argmax ties, and
+// proof that the check rejects a planted "half of each 32-wide K tile" result.
+//
+// Error bound per element (derivation): products of a bf16 activation and a bf16 (or E4M3) weight
+// are exact in fp32 (at most 8 + 8 significant bits); a sum of K of them in any order and tree with
+// at most K + 8 additions (split-K partials included), each rounding by at most one fp32 ulp
+// (2^-23 relative: the tensor cores' internal accumulation may truncate rather than round), is off
+// by at most (K + 8)·2^-23·Σ|a·w|; the scale multiply and the bias add each add one more ulp of
+// the magnitude. So |C - C_exact| <= (K + 10)·2^-23·(scale·Σ|a·q| + |bias|).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp8.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_weights.h"
+#include "cuda/elementwise.h"
+#include "cuda/fp8_quant.h"
+#include "cuda/gemm.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/random_drafter.h"
+
+namespace dflash {
+namespace {
+
+constexpr int64_t kMaxBlockRows = 64;
+
+struct Problem {
+  int64_t n = 0, k = 0;
+  WeightFormat format = WeightFormat::kBf16;
+  Tensor w;                 // [n, k] bf16 values
+  std::vector<float> bias;  // empty or [n]
+  QuantizedRows q;          // host quantization (E4M3)
+  std::vector<double> seen; // [n, k] the weight as the GEMM multiplies it (decoded codes or bf16)
+  DeviceLinear device;
+};
+
+// (Re)builds the device weight from p.w: bf16 rows padded to 64 columns, quantized on the device
+// for E4M3 (with the decoded bf16 copy cuBLASLt reads), and the host quantization for the CPU loop.
+void upload(Problem& p, cudaStream_t stream) {
+  const int64_t n = p.n, k = p.k, k_pad = pad_k(k);
+  std::vector<uint16_t> bits(static_cast<size_t>(n * k_pad), 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) bits[static_cast<size_t>(r * k_pad + c)] = float_to_bf16_bits(p.w.row(r)[c]);
+  DeviceBuffer<uint16_t> staged(bits.size());
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(staged.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  DeviceLinear& d = p.device;
+  d.format = p.format;
+  d.n = n;
+  d.k = k;
+  d.k_pad = k_pad;
+  p.seen.assign(p.w.values.begin(), p.w.values.end());
+  if (p.format == WeightFormat::kE4M3) {
+    p.q = quantize_rows_e4m3(p.w);
+    for (size_t i = 0; i < p.seen.size(); ++i) p.seen[i] = e4m3_to_float(p.q.codes[i]);
+    d.data.allocate(bits.size());
+    d.scale.allocate(static_cast<size_t>(n));
+    launch_quantize_rows_e4m3(stream, staged.get(), n, k_pad, d.data.get(), d.scale.get());
+    d.decoded.allocate(bits.size());
+    launch_decode_e4m3_to_bf16(stream, d.data.get(), n * k_pad, d.decoded.get());
+  } else {
+    d.data.allocate(bits.size() * 2);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(d.data.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  }
+  if (!p.bias.empty()) {
+    d.bias.allocate(static_cast<size_t>(n));
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(d.bias.get(), p.bias.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+}
+
+Problem make_problem(int64_t n, int64_t k, WeightFormat format, bool with_bias, uint64_t seed, cudaStream_t stream) {
+  Problem p;
+  p.n = n;
+  p.k = k;
+  p.format = format;
+  p.w = Tensor::zeros({n, k});
+  const float a = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
+  for (int64_t i = 0; i < n * k; ++i) p.w.values[static_cast<size_t>(i)] = random_bf16(seed, 1, static_cast<uint64_t>(i), -a, a);
+  if (with_bias) {
+    for (int64_t i = 0; i < n; ++i) p.bias.push_back(random_bf16(seed, 2, static_cast<uint64_t>(i), -0.5f, 0.5f));
+  }
+  upload(p, stream);
+  return p;
+}
+
+// The weight as the GEMM sees it: decoded codes (E4M3) or the bf16 values, and the row scale.
+double weight_at(const Problem& p, int64_t n, int64_t k) { return p.seen[static_cast<size_t>(n * p.k + k)]; }
+double scale_at(const Problem& p, int64_t n) { return p.format == WeightFormat::kE4M3 ? p.q.scales[static_cast<size_t>(n)] : 1.0; }
+
+struct Reference {
+  std::vector<double> value, bound;  // [m, n]
+};
+
+// keep(k) selects the K columns summed: all of them, or a planted bug's subset.
+template <typename Keep>
+Reference reference(const Problem& p, const Tensor& a, int64_t m, Keep keep) {
+  Reference r;
+  r.value.resize(static_cast<size_t>(m * p.n));
+  r.bound.resize(r.value.size());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t n = 0; n < p.n; ++n) {
+      double sum = 0, mag = 0;
+      for (int64_t k = 0; k < p.k; ++k) {
+        if (!keep(k)) continue;
+        const double prod = static_cast<double>(a.row(i)[k]) * weight_at(p, n, k);
+        sum += prod;
+        mag += std::fabs(prod);
+      }
+      const double s = scale_at(p, n);
+      const double b = p.bias.empty() ? 0.0 : p.bias[static_cast<size_t>(n)];
+      r.value[static_cast<size_t>(i * p.n + n)] = s * sum + b;
+      r.bound[static_cast<size_t>(i * p.n + n)] = static_cast<double>(p.k + 10) * 0x1p-23 * (s * mag + std::fabs(b));
+    }
+  }
+  return r;
+}
+Reference reference(const Problem& p, const Tensor& a, int64_t m) {
+  return reference(p, a, m, [](int64_t) { return true; });
+}
+
+Tensor random_activations(int64_t m, int64_t k, uint64_t seed) { return make_random_context(m, k, seed); }
+
+DeviceBuffer<uint16_t> upload_activations(const Tensor& a, int64_t k_pad) {
+  std::vector<uint16_t> bits(static_cast<size_t>(a.rows() * k_pad), 0);
+  for (int64_t r = 0; r < a.rows(); ++r)
+    for (int64_t c = 0; c < a.cols(); ++c) bits[static_cast<size_t>(r * k_pad + c)] = float_to_bf16_bits(a.row(r)[c]);
+  DeviceBuffer<uint16_t> d(bits.size());
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+class GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DFLASH_REQUIRE_GPU();
+    ASSERT_EQ(cudaSuccess, cudaStreamCreate(&stream_));
+    ASSERT_EQ(CUBLAS_STATUS_SUCCESS, cublasLtCreate(&lt_));
+    workspace_.allocate(32u << 20);
+    raw_.allocate(4u << 20);
+    ctx_.stream = stream_;
+    ctx_.lt = lt_;
+    ctx_.lt_workspace = workspace_.get();
+    ctx_.lt_workspace_bytes = workspace_.bytes();
+    ctx_.raw = raw_.get();
+    ctx_.raw_capacity = raw_.size();
+  }
+  void TearDown() override {
+    if (lt_) cublasLtDestroy(lt_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // C[m, n] fp32 through `kernel` (plain store epilogue).
+  std::vector<float> run(GemmKernel kernel, const Problem& p, const DeviceBuffer<uint16_t>& a, int64_t m) {
+    DeviceBuffer<float> out(static_cast<size_t>(m * p.n));
+    std::vector<float> poison(out.size(), NAN);  // every element must be written
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(out.get(), poison.data(), out.bytes(), cudaMemcpyHostToDevice));
+    GemmEpilogue ep;
+    ep.out = out.get();
+    ep.ld_out = p.n;
+    gemm(kernel, ctx_, a.get(), pad_k(p.k), m, p.device.view(), ep);
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+    std::vector<float> host(out.size());
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(host.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer<uint8_t> workspace_;
+  DeviceBuffer<float> raw_;
+  GemmContext ctx_;
+};
+
+// Largest |C - ref| / bound over the first m rows (> 1 fails).
+double worst_ratio(const std::vector<float>& c, const Reference& ref, int64_t m, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double err = std::fabs(static_cast<double>(c[static_cast<size_t>(i)]) - ref.value[static_cast<size_t>(i)]);
+    if (std::isnan(c[static_cast<size_t>(i)])) return INFINITY;
+    worst = std::max(worst, err / std::max(ref.bound[static_cast<size_t>(i)], 1e-30));
+  }
+  return worst;
+}
+
+struct Shape {
+  int64_t n, k;
+  bool bias;
+};
+
+TEST_F(GemmTest, EveryKernelAtEveryBlockRowCountMatchesCpuAndIsBatchInvariant) {
+  const Shape shapes[] = {{200, 4096, false}, {96, 48, true}, {520, 12288, false}};
+  for (const Shape& s : shapes) {
+    for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
+      const Problem p = make_problem(s.n, s.k, format, s.bias, 11 + s.k, stream_);
+      const Tensor a = random_activations(kMaxBlockRows, s.k, 7 + s.n);
+      const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(s.k));
+      const Reference ref = reference(p, a, kMaxBlockRows);
+      // The planted bug: each 32-wide K tile read only in its first half.
+      const Reference bug = reference(p, a, kMaxBlockRows, [](int64_t k) { return k % 32 < 16; });
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+        const std::string what = std::string(gemm_kernel_name(kernel)) + (format == WeightFormat::kE4M3 ? " e4m3" : " bf16") +
+                                 " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+        const std::vector<float> full = run(kernel, p, da, kMaxBlockRows);
+        double worst = 0;
+        for (int64_t m = 1; m <= kMaxBlockRows; ++m) {
+          const std::vector<float> c = run(kernel, p, da, m);
+          worst = std::max(worst, worst_ratio(c, ref, m, s.n));
+          if (kernel != GemmKernel::kCublasLt) {
+            // Our kernels: row i of an m-row product is the same bits as in the 64-row product.
+            for (int64_t i = 0; i < m * s.n; ++i) {
+              ASSERT_EQ(gpu_test::float_bits(c[static_cast<size_t>(i)]), gpu_test::float_bits(full[static_cast<size_t>(i)]))
+                  << what << " m=" << m << " element " << i;
+            }
+          }
+          // The check must be able to fail: the half-K-tile result is far outside the bound.
+          std::vector<float> planted(bug.value.begin(), bug.value.begin() + m * s.n);
+          ASSERT_GT(worst_ratio(planted, ref, m, s.n), 1.0) << what << " m=" << m;
+        }
+        EXPECT_LE(worst, 1.0) << what << ": error / bound";
+        std::printf("[gemm] %-36s m=1..64: max error/bound %.3g\n", what.c_str(), worst);
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, ContextChunkSizesMatchCpu) {
+  // m as context ingestion uses it: chunks up to 256 rows (cuBLASLt above 64 rows by default).
+  const Problem p8 = make_problem(160, 640, WeightFormat::kE4M3, true, 5, stream_);
+  const Problem p16 = make_problem(160, 640, WeightFormat::kBf16, true, 6, stream_);
+  for (const Problem* p : {&p8, &p16}) {
+    const Tensor a = random_activations(256, p->k, 99);
+    const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(p->k));
+    const Reference ref = reference(*p, a, 256);
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      for (int64_t m : {65, 100, 128, 200, 256}) {
+        const std::vector<float> c = run(kernel, *p, da, m);
+        EXPECT_LE(worst_ratio(c, ref, m, p->n), 1.0) << gemm_kernel_name(kernel) << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, E4M3SubnormalCodesAreDecodedExactly) {
+  // Codes 0x00-0x07 and 0x80-0x87 (zero and the subnormals ±m·2^-9) with scale 1 and A = 1: every
+  // partial sum is a multiple of 2^-9 below 2^10, exact in fp32, so the result must be exact.
+  const int64_t n = 16, k = 128;
+  Problem p;
+  p.n = n;
+  p.k = k;
+  p.format = WeightFormat::kE4M3;
+  p.q.rows = n;
+  p.q.cols = k;
+  p.q.codes.resize(static_cast<size_t>(n * k));
+  p.q.scales.assign(static_cast<size_t>(n), 1.0f);
+  for (int64_t i = 0; i < n * k; ++i) {
+    p.q.codes[static_cast<size_t>(i)] = static_cast<uint8_t>((i % 8) | ((i / 8) % 3 == 0 ? 0x80 : 0x00));
+    p.seen.push_back(e4m3_to_float(p.q.codes[static_cast<size_t>(i)]));
+  }
+  DeviceLinear& d = p.device;
+  d.format = WeightFormat::kE4M3;
+  d.n = n;
+  d.k = k;
+  d.k_pad = k;
+  d.data.allocate(p.q.codes.size());
+  d.scale.allocate(static_cast<size_t>(n));
+  d.decoded.allocate(p.q.codes.size());
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(d.data.get(), p.q.codes.data(), p.q.codes.size(), cudaMemcpyHostToDevice));
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(d.scale.get(), p.q.scales.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+  launch_decode_e4m3_to_bf16(stream_, d.data.get(), n * k, d.decoded.get());
+  Tensor a = Tensor::zeros({4, k});
+  for (float& v : a.values) v = 1.0f;
+  const DeviceBuffer<uint16_t> da = upload_activations(a, k);
+  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    const std::vector<float> c = run(kernel, p, da, 4);
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0;
+        for (int64_t kk = 0; kk < k; ++kk) exact += e4m3_to_float(p.q.codes[static_cast<size_t>(j * k + kk)]);
+        ASSERT_EQ(static_cast<double>(c[static_cast<size_t>(i * n + j)]), exact) << gemm_kernel_name(kernel) << " col " << j;
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
+  const int64_t m = 12, inter = 96, k = 256;
+  for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
+    // gate|up interleaved weight [2·inter, k] with bias, as the drafter lays it out.
+    const Problem p = make_problem(2 * inter, k, format, true, 21, stream_);
+    const Tensor a = random_activations(m, k, 3);
+    const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
+    const Reference ref = reference(p, a, m);
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      const std::string what = gemm_kernel_name(kernel);
+      // residual += C
+      std::vector<float> residual0(static_cast<size_t>(m * p.n));
+      for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 4, i, -3.0f, 3.0f);
+      DeviceBuffer<float> residual(residual0.size());
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(residual.get(), residual0.data(), residual.bytes(), cudaMemcpyHostToDevice));
+      GemmEpilogue ep;
+      ep.residual = residual.get();
+      ep.ld_residual = p.n;
+      gemm(kernel, ctx_, da.get(), pad_k(k), m, p.device.view(), ep);
+      std::vector<float> r(residual0.size());
+      ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(r.data(), residual.get(), residual.bytes(), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < r.size(); ++i) {
+        const double expect = residual0[i] + ref.value[i];
+        ASSERT_LE(std::fabs(r[i] - expect), ref.bound[i] + 0x1p-23 * std::fabs(expect)) << what << " residual " << i;
+      }
+      // SwiGLU: act[i] = bf16(silu(C[2i]) · C[2i+1]); the bound adds the bf16 rounding (u = 2^-8),
+      // the fp32 silu (4 ulp) and the propagated bounds of gate (|d silu/dg| <= 1.1) and up.
+      DeviceBuffer<uint16_t> act(static_cast<size_t>(m * inter));
+      GemmEpilogue sw;
+      sw.swiglu_out = act.get();
+      sw.ld_swiglu = inter;
+      gemm(kernel, ctx_, da.get(), pad_k(k), m, p.device.view(), sw);
+      std::vector<uint16_t> act_bits(act.size());
+      ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(act_bits.data(), act.get(), act.bytes(), cudaMemcpyDeviceToHost));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < inter; ++j) {
+          const size_t gi = static_cast<size_t>(i * p.n + 2 * j), ui = gi + 1;
+          const double g = ref.value[gi], u = ref.value[ui];
+          const double silu = g / (1.0 + std::exp(-g));
+          const double expect = silu * u;
+          const double bound = 0x1p-8 * std::fabs(expect) + 4 * 0x1p-24 * std::fabs(expect) + 1.1 * std::fabs(u) * ref.bound[gi] +
+                               std::fabs(silu) * ref.bound[ui] + 1e-30;
+          ASSERT_LE(std::fabs(bf16_bits_to_float(act_bits[static_cast<size_t>(i * inter + j)]) - expect), bound)
+              << what << " swiglu " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
+  const int64_t m = 15, n = 2500, k = 128;
+  for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: random logits; 1: all logits equal (zero weights) -> token 0; 2: rows 1 and 1024 equal
+      // and largest, everything else zero -> token 1.
+      Problem p = make_problem(n, k, format, false, 31 + variant, stream_);
+      Tensor a = random_activations(m, k, 8);
+      if (variant > 0) {
+        for (float& v : p.w.values) v = 0.0f;
+        if (variant == 2) {
+          for (int64_t c = 0; c < k; ++c) p.w.row(1)[c] = p.w.row(1024)[c] = 0x1p-6f;
+          for (float& v : a.values) v = round_to_bf16(std::fabs(v) + 0.5f);
+        }
+        upload(p, stream_);
+      }
+      const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+        DeviceBuffer<float> logits(static_cast<size_t>(m * n)), values(static_cast<size_t>(m * argmax_blocks(n)));
+        DeviceBuffer<int32_t> indices(values.size()), fused(static_cast<size_t>(m)), scanned(static_cast<size_t>(m));
+        GemmEpilogue ep;
+        ep.out = logits.get();
+        ep.ld_out = n;
+        ep.argmax_value = values.get();
+        ep.argmax_index = indices.get();
+        ep.ld_argmax = argmax_blocks(n);
+        gemm(kernel, ctx_, da.get(), pad_k(k), m, p.device.view(), ep);
+        launch_argmax_reduce(values.get(), indices.get(), m, argmax_blocks(n), fused.get(), stream_);
+        launch_argmax_rows(logits.get(), m, n, scanned.get(), stream_);
+        ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+        std::vector<float> host(logits.size());
+        std::vector<int32_t> f(static_cast<size_t>(m)), s(static_cast<size_t>(m));
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(host.data(), logits.get(), logits.bytes(), cudaMemcpyDeviceToHost));
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(f.data(), fused.get(), fused.bytes(), cudaMemcpyDeviceToHost));
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(s.data(), scanned.get(), scanned.bytes(), cudaMemcpyDeviceToHost));
+        for (int64_t i = 0; i < m; ++i) {
+          int32_t best = 0;  // host argmax of the stored logits, lowest index on ties
+          for (int64_t j = 1; j < n; ++j) {
+            if (host[static_cast<size_t>(i * n + j)] > host[static_cast<size_t>(i * n + best)]) best = static_cast<int32_t>(j);
+          }
+          ASSERT_EQ(f[static_cast<size_t>(i)], best) << gemm_kernel_name(kernel) << " variant " << variant << " row " << i;
+          ASSERT_EQ(s[static_cast<size_t>(i)], best) << gemm_kernel_name(kernel) << " variant " << variant << " row " << i;
+          if (variant == 1) {
+            ASSERT_EQ(best, 0);
+          }
+          if (variant == 2) {
+            ASSERT_EQ(best, 1);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dflash
