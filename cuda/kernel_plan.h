@@ -3,8 +3,9 @@
 // (docs/cuda-drafter.md):
 //   gemm          block-row GEMMs: mma (default; aliases auto, small-m, fp8-small-m, bf16-small-m),
 //                 cublaslt (alias cublas), simple
-//   ctx_gemm      context-row GEMMs (fc, k/v): auto (default: cuBLASLt for bf16 weights when a
-//                 chunk has more than 64 rows, mma otherwise), mma, cublaslt, simple
+//   ctx_gemm      context-row GEMMs (fc, k/v): mma (default: bitwise batch invariant), auto
+//                 (cuBLASLt for bf16 weights when a chunk has more than 64 rows, mma otherwise:
+//                 invariant only within a rounding bound), cublaslt, simple
 //   attention     auto (default), tuned, generic, simple
 //   rmsnorm       tuned (default), simple
 //   qk_norm_rope  tuned (default), simple
@@ -24,7 +25,9 @@ namespace dflash {
 
 struct KernelPlan {
   GemmKernel block_gemm = GemmKernel::kMma;
-  bool ctx_gemm_auto = true;  // auto: per chunk and weight format
+  // Default mma: drafter.md §5 asks our own kernels to be batch invariant bit for bit; cuBLASLt's
+  // algorithm changes with the number of rows, so it is a lever, not the default.
+  bool ctx_gemm_auto = false;  // auto: per chunk and weight format
   GemmKernel ctx_gemm = GemmKernel::kMma;  // when not auto
   AttentionChoice attention;
   RowKernel rmsnorm = RowKernel::kTuned;

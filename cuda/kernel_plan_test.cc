@@ -28,16 +28,20 @@ std::string bad_input_message(F&& f) {
 TEST(KernelPlan, DefaultsAndEveryLever) {
   const KernelPlan d = resolve_kernel_plan({}, 128);
   EXPECT_EQ(d.block_gemm, GemmKernel::kMma);
-  EXPECT_TRUE(d.ctx_gemm_auto);
+  EXPECT_FALSE(d.ctx_gemm_auto);  // own kernel by default: bitwise batch invariance
   EXPECT_EQ(d.attention.kernel, AttentionKernel::kTuned);
   EXPECT_EQ(d.attention.compiled_head_dim, 128);
   EXPECT_EQ(d.attention.name(), "tuned-d128");
   EXPECT_TRUE(d.swiglu_fused);
   EXPECT_TRUE(d.argmax_fused);
+  EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
+  EXPECT_EQ(d.ctx_kernel(1024, WeightFormat::kE4M3), GemmKernel::kMma);
   // auto hands bf16 context GEMMs of more than 64 rows to cuBLASLt, E4M3 ones never.
-  EXPECT_EQ(d.ctx_kernel(64, WeightFormat::kBf16), GemmKernel::kMma);
-  EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kCublasLt);
-  EXPECT_EQ(d.ctx_kernel(256, WeightFormat::kE4M3), GemmKernel::kMma);
+  const KernelPlan a = resolve_kernel_plan({{"ctx_gemm", "auto"}}, 128);
+  EXPECT_TRUE(a.ctx_gemm_auto);
+  EXPECT_EQ(a.ctx_kernel(64, WeightFormat::kBf16), GemmKernel::kMma);
+  EXPECT_EQ(a.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kCublasLt);
+  EXPECT_EQ(a.ctx_kernel(256, WeightFormat::kE4M3), GemmKernel::kMma);
 
   const KernelPlan p = resolve_kernel_plan({{"gemm", "cublas"}, {"ctx_gemm", "simple"}, {"attention", "simple"},
                                             {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"}, {"swiglu", "separate"},
