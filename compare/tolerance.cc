@@ -72,7 +72,10 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
 ErrorModel error_model(Precision precision) {
   switch (precision) {
     case Precision::kFp64: return {"fp64", kUnitRoundoffFp64, kUnitRoundoffFp64, 0, 0};
-    case Precision::kFp32: return {"fp32", kUnitRoundoffFp32, kUnitRoundoffFp32, 0, 0};
+    // The fp32 drafter also carries the fp32 contract bound as its floor: the roundoff estimate
+    // alone leaves out the amplification of norms and softmax, and random geometries exceeded it by
+    // up to 5x against fp64 (tests/properties, property 9); 1e-4 is the bound issue 3 states.
+    case Precision::kFp32: return {"fp32", kUnitRoundoffFp32, kUnitRoundoffFp32, 0, kFp32ExpectationBound};
     case Precision::kBf16: return {"bf16-engine", kUnitRoundoffBf16, kUnitRoundoffFp32, 0, 0};
     case Precision::kFp8: return {"fp8-engine", kUnitRoundoffBf16, kUnitRoundoffFp32, kUnitRoundoffE4M3, 0};
   }
