@@ -7,13 +7,17 @@
 #     (default build-cuda), and stages the binaries plus libhwy.so.1 in .gpu/ (git-ignored,
 #     carried to the device; it must stay under 64 MiB).
 # On the device machine (through the `run` tool, from the repository root, carry [".gpu"]):
-#   ci/gpu-gate.sh --remote [--out DIR] [--quick]
+#   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]...
 #     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
 #     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     drafter.md §8), the replay of the oracle fixtures through dflash-harness when it was staged,
 #     and the propose benchmark; writes logs, benchmarks.md and summary.txt under DIR (default
-#     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark.
+#     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant
+#     (a DFLASH_CUDA_KERNELS value, e.g. "gemm=mma-splitk,ctx_gemm=mma-splitk") runs the drafter
+#     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
+#     two kernel choices are compared in the same run. The CUDA properties (RapidCheck, properties
+#     1-8 and 10 on the CUDA drafter, graphs on and off) run in every pass.
 #     Exit 0 when every step passed, 1 otherwise.
 # Example (from the lead's session):
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
@@ -23,6 +27,7 @@ cd "$root"
 
 remote=0
 quick=0
+variants=()
 build_dir=build-cuda
 out_dir=${OUT:-}
 while (($#)); do
@@ -31,22 +36,25 @@ while (($#)); do
     --quick) quick=1 ;;
     --build-dir) build_dir=$2; shift ;;
     --out) out_dir=$2; shift ;;
+    --variant) variants+=("$2"); shift ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 
 gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_drafter_test gpu_vs_reference_test)
+property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
   set -e
   [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  targets=("${gpu_tests[@]}" cuda_propose_bench)
+  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench)
   grep -q "dflash-harness" "$build_dir/build.ninja" 2>/dev/null && targets+=(dflash-harness)
   ninja -C "$build_dir" -j "$(nproc)" "${targets[@]}"
   rm -rf .gpu && mkdir -p .gpu
   for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
+  for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
   cp "$build_dir/cuda/bench/cuda_propose_bench" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
@@ -78,40 +86,53 @@ status=0
 note() { echo "$*" | tee -a "$summary"; }
 
 note "gpu-gate $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-for t in "${gpu_tests[@]}"; do
-  [ -x ".gpu/$t" ] || { note "FAIL $t: not staged"; status=1; continue; }
-  filter="*"
-  ((quick)) && [ "$t" = gpu_vs_reference_test ] && filter="-CudaVsReferenceRealGeometry.*"
+
+# run_test LABEL BINARY FILTER: one gtest binary; a skipped test fails the gate (the device is here).
+run_test() {
+  local label=$1 t=$2 filter=$3
+  [ -x ".gpu/$t" ] || { note "FAIL $label$t: not staged"; status=1; return; }
+  local start rc counts
   start=$(date +%s)
   ".gpu/$t" --gtest_filter="$filter" >"$out_dir/$t.out" 2>&1
   rc=$?
-  cat "$out_dir/$t.out" >>"$tests_log"
+  { echo "=== $label$t ($filter)"; cat "$out_dir/$t.out"; } >>"$tests_log"
   counts=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test" "$out_dir/$t.out" | tr '\n' ' ')
   if ((rc == 0)) && ! grep -q "SKIPPED \] [0-9]" "$out_dir/$t.out"; then
-    note "PASS $t ($(($(date +%s) - start)) s): $counts"
+    note "PASS $label$t ($(($(date +%s) - start)) s): $counts"
   else
-    note "FAIL $t (exit $rc, $(($(date +%s) - start)) s): $counts"
-    grep -E "^\[  FAILED  \]|Failure|error" "$out_dir/$t.out" | head -20 | tee -a "$summary"
+    note "FAIL $label$t (exit $rc, $(($(date +%s) - start)) s): $counts"
+    grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|attention|oracle|geometry|levers)\]" "$out_dir/$t.out" >>"$summary"
+  grep -E "^\[(gemm|attention|oracle|geometry|levers)\]|cases" "$out_dir/$t.out" | head -40 >>"$summary"
   rm -f "$out_dir/$t.out"
-done
+}
 
-if [ -x .gpu/dflash-harness ]; then
-  # Both drafters: CUDA in each mode against the reference emulating it (and the fp64 oracle).
-  for precision in bf16 fp8; do
-    if .gpu/dflash-harness replay fixtures/oracle/*/ --backend both --precision "$precision" \
-         >>"$out_dir/replay.log" 2>&1; then
-      note "PASS dflash-harness replay --backend both --precision $precision"
-    else
-      note "FAIL dflash-harness replay --backend both --precision $precision (see replay.log)"
-      status=1
-    fi
+# run_pass LABEL: the drafter-level checks under the current DFLASH_CUDA_KERNELS.
+run_pass() {
+  local label=$1 t filter
+  for t in gpu_drafter_test gpu_vs_reference_test; do
+    filter="*"
+    ((quick)) && [ "$t" = gpu_vs_reference_test ] && filter="-CudaVsReferenceRealGeometry.*"
+    run_test "$label" "$t" "$filter"
   done
-else
-  note "NOTE dflash-harness not staged: the oracle replay on both drafters ran inside gpu_vs_reference_test"
-fi
+  # Only the CUDA instances: the reference ones run in CI on every commit.
+  run_test "$label" properties_drafter_test "*Cuda*:*cuda*"
+  if [ -x .gpu/dflash-harness ]; then
+    for precision in bf16 fp8; do
+      if .gpu/dflash-harness replay fixtures/oracle/*/ --backend both --precision "$precision" \
+           >>"$out_dir/replay.log" 2>&1; then
+        note "PASS ${label}dflash-harness replay --backend both --precision $precision"
+      else
+        note "FAIL ${label}dflash-harness replay --backend both --precision $precision (see replay.log)"
+        status=1
+      fi
+    done
+  fi
+}
+
+for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test; do run_test "" "$t" "*"; done
+run_pass ""
 
 bench_args=(--markdown "$out_dir/benchmarks.md")
 ((quick)) && bench_args+=(--precisions fp8)
@@ -122,5 +143,19 @@ else
   status=1
 fi
 tail -n 12 "$out_dir/bench.log" >>"$summary"
+
+for v in "${variants[@]}"; do
+  export DFLASH_CUDA_KERNELS="$v"
+  note "--- variant DFLASH_CUDA_KERNELS=$v"
+  run_pass "[$v] "
+  if .gpu/cuda_propose_bench --precisions fp8 --markdown "$out_dir/benchmarks-variant.md" >"$out_dir/bench-variant.log" 2>&1; then
+    note "PASS [$v] cuda_propose_bench"
+  else
+    note "FAIL [$v] cuda_propose_bench (see bench-variant.log)"
+    status=1
+  fi
+  tail -n 8 "$out_dir/bench-variant.log" >>"$summary"
+  unset DFLASH_CUDA_KERNELS
+done
 note "gpu-gate: $( ((status == 0)) && echo PASS || echo FAIL )"
 exit $status
