@@ -231,10 +231,25 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   xc_f32_.allocate(n(kContextChunkRows * h));
   kv_out_.allocate(n(kContextChunkRows * 2 * kv_dim));
 
-  // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel).
+  // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel) and of the
+  // split-K partials, for the most rows each GEMM runs: graph capture must allocate nothing.
   int64_t raw = kContextChunkRows * std::max(h, 2 * kv_dim);
-  if (plan_.block_gemm != GemmKernel::kMma) {
+  if (plan_.block_gemm == GemmKernel::kCublasLt || plan_.block_gemm == GemmKernel::kSimple) {
     raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
+  }
+  if (plan_.block_gemm == GemmKernel::kMmaSplitK) {
+    for (const DeviceLayerWeights& layer : weights_.layers) {
+      for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+        raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, rows, w->n, w->k_pad));
+      }
+    }
+    raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, draft_rows, vocab, weights_.lm_head.k_pad));
+  }
+  if (!plan_.ctx_gemm_auto && plan_.ctx_gemm == GemmKernel::kMmaSplitK) {
+    raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, kContextChunkRows, weights_.fc.n, weights_.fc.k_pad));
+    for (const DeviceLayerWeights& layer : weights_.layers) {  // the k|v rows of q|k|v
+      raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, kContextChunkRows, 2 * kv_dim, layer.qkv.k_pad));
+    }
   }
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();

@@ -26,12 +26,13 @@ const char* gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::kMma: return "mma";
     case GemmKernel::kCublasLt: return "cublaslt";
     case GemmKernel::kSimple: return "simple";
+    case GemmKernel::kMmaSplitK: return "mma-splitk";
   }
   return "?";
 }
 
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
-  for (GemmKernel k : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+  for (GemmKernel k : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
     if (name == gemm_kernel_name(k)) {
       *out = k;
       return true;
@@ -40,11 +41,33 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
   return false;
 }
 
+int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad) {
+  switch (kernel) {
+    case GemmKernel::kMma: return 0;
+    case GemmKernel::kMmaSplitK: {
+      const int splits = gemm_split_count(n, k_pad);
+      return splits == 1 ? 0 : m * n * splits;
+    }
+    case GemmKernel::kCublasLt:
+    case GemmKernel::kSimple: return m * n;  // raw sums before the epilogue kernel (upper bound)
+  }
+  return m * n;
+}
+
 void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
           const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
   if (m < 1) throw internal_error("gemm: m must be >= 1");
-  if (kernel == GemmKernel::kMma) {
+  // One split: literally the mma kernel, so that wide GEMMs give mma's bits under either lever.
+  if (kernel == GemmKernel::kMma || (kernel == GemmKernel::kMmaSplitK && gemm_split_count(w.n, w.k_pad) == 1)) {
     launch_gemm_mma(ctx.stream, a, lda, m, w, epilogue);
+    return;
+  }
+  if (kernel == GemmKernel::kMmaSplitK) {
+    if (ctx.raw == nullptr) {
+      throw internal_error("gemm mma-splitk: no partial-sum scratch for " + std::to_string(w.n) + "x" +
+                           std::to_string(w.k_pad) + " (GemmContext::raw)");
+    }
+    launch_gemm_mma_splitk(ctx.stream, a, lda, m, w, epilogue, ctx.raw, ctx.raw_capacity);
     return;
   }
   // A plain fp32 store with nothing to apply can take the library's result directly.

@@ -9,6 +9,11 @@
 //    the epilogue runs as a separate kernel. Its algorithm may change with m: invariant only within
 //    a rounding bound.
 //  - kSimple: one thread per output, a plain k loop (for bisecting one kernel at a time).
+//  - kMmaSplitK: the mma kernel with K also split across CTAs (grid.z) for narrow N, so that a
+//    batch-1 GEMM of 4096-6144 columns fills the SMs; the splits write fp32 partials to
+//    GemmContext::raw and a second kernel adds them in split order and runs the same epilogue.
+//    The split count depends on (n, k_pad) only (gemm_split_count), never on m: batch invariant
+//    bit for bit. With one split it is literally the kMma path.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -54,8 +59,8 @@ struct GemmEpilogue {
   int64_t ld_argmax = 0;
 };
 
-enum class GemmKernel { kMma, kCublasLt, kSimple };
-const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple"
+enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
+const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
 // Device resources the GEMMs use; owned by the caller.
@@ -67,6 +72,16 @@ struct GemmContext {
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
 };
+
+// kMmaSplitK: the number of K splits for an [n, k_pad] weight (1 = the plain mma kernel). A
+// function of the weight's shape only, so every output element is reduced in the same order
+// whatever the number of rows.
+int gemm_split_count(int64_t n, int64_t k_pad);
+
+// fp32 elements of GemmContext::raw that `kernel` needs to run m rows of an [n, k_pad] weight in one
+// pass (0: none). kMmaSplitK also runs with less (>= n · splits), in row chunks that each read the
+// weights again: same bits, slower.
+int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad);
 
 // Enqueues C = A·Wᵀ with the epilogue on ctx.stream. A: [m, lda] bf16 bits, 16-byte aligned,
 // lda >= w.k_pad and a multiple of 8, columns [w.k, w.k_pad) zero. m >= 1.
@@ -84,6 +99,10 @@ void prepare_gemm_fallback_kernels();
 // Internal launchers (gemm.cc dispatches to them).
 void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      const GemmEpilogue& epilogue);
+// kMmaSplitK with splits > 1: partials [splits][rows][n] in `partials` (capacity floats), then the
+// ordered sum and the epilogue; m is run in row chunks when the capacity is short of m rows.
+void launch_gemm_mma_splitk(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                            const GemmEpilogue& epilogue, float* partials, size_t capacity);
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);

@@ -23,6 +23,7 @@
 // restores it exactly. The per-row scale is applied in the epilogue.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -97,9 +98,15 @@ struct MmaParams {
   int64_t ldw_bytes;     // bytes per weight row
   int k_tiles;
   EpilogueArgs epilogue;
+  // Split-K only (kPartials): split blockIdx.z reduces k-tiles [z·split_tiles, (z+1)·split_tiles)
+  // and stores its sums to partials[z][m][n] (row stride n = epilogue.n) instead of the epilogue.
+  int split_tiles;
+  float* partials;
 };
 
-template <bool kFp8, int MT>
+// kPartials = false is the kMma kernel: the whole K per CTA, epilogue in place. kPartials = true is
+// the split-K variant; everything but the k-tile range and the final store is the same code.
+template <bool kFp8, int MT, bool kPartials>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(MmaParams p) {
   using L = Stages<kFp8, MT>;
   constexpr int kTileBytes = kFp8 ? kKTile : 2 * kKTile;  // bytes of one weight row per k-tile
@@ -110,8 +117,20 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * MT * 16;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kColumns;
+  // Split-K: this CTA's k-tiles are [z·split_tiles, z·split_tiles + k_tiles) of the whole K; the
+  // weight and activation bases move to the first of them, so k-tile kt below is relative to it
+  // (for kMma: kt_first = 0, the whole K).
+  int k_tiles = p.k_tiles;
+  const uint8_t* w_base = p.w;
+  const uint16_t* a_base = p.a;
+  if constexpr (kPartials) {
+    const int kt_first = static_cast<int>(blockIdx.z) * p.split_tiles;
+    k_tiles = min(p.split_tiles, p.k_tiles - kt_first);
+    w_base += static_cast<int64_t>(kt_first) * kTileBytes;
+    a_base += static_cast<int64_t>(kt_first) * kKTile;
+  }
   // This warp's k-tiles: warp, warp + kWarps, ... below k_tiles (none when k_tiles <= warp).
-  const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
+  const int tiles = warp < k_tiles ? (k_tiles - warp + kWarps - 1) / kWarps : 0;
   uint8_t* ring = smem + static_cast<size_t>(warp) * L::kCount * L::kStageBytes;
 
   // Copies k-tile kt into stage `stage` of this warp's ring (rows past n or m are zero-filled).
@@ -123,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
       const int row = c / kPieces, piece = c % kPieces;  // row = nt·8 + g'
       const int64_t n = n0 + row;
       const bool valid = n < p.epilogue.n;
-      const uint8_t* src = p.w + (valid ? n : 0) * p.ldw_bytes + static_cast<int64_t>(kt) * kTileBytes + piece * 16;
+      const uint8_t* src = w_base + (valid ? n : 0) * p.ldw_bytes + static_cast<int64_t>(kt) * kTileBytes + piece * 16;
       cp_async_16(st + row * L::kWeightRowBytes + piece * 16, src, valid);
     }
     uint8_t* act = st + L::kWeightBytes;
@@ -133,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
       const int row = c / 8, piece = c % 8;
       const int64_t m = m0 + row;
       const bool valid = m < p.m;
-      const uint16_t* src = p.a + (valid ? m : 0) * p.lda + static_cast<int64_t>(kt) * kKTile + piece * 8;
+      const uint16_t* src = a_base + (valid ? m : 0) * p.lda + static_cast<int64_t>(kt) * kKTile + piece * 8;
       cp_async_16(act + row * kARowBytes + piece * 16, src, valid);
     }
   };
@@ -220,51 +239,116 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
     float v = reduce_buffer[r * kReduceStride + lane];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, reduce_buffer[(w * MT * 16 + r) * kReduceStride + lane]);
-    epilogue_warp(p.epilogue, m0 + r, n0, v);
+    if constexpr (kPartials) {
+      const int64_t row = m0 + r, col = n0 + lane;
+      if (row < p.m && col < p.epilogue.n) {
+        p.partials[(static_cast<int64_t>(blockIdx.z) * p.m + row) * p.epilogue.n + col] = v;
+      }
+    } else {
+      epilogue_warp(p.epilogue, m0 + r, n0, v);
+    }
   }
+}
+
+// Split-K second pass: one warp per (row, 32-column block) adds the splits' partials in split
+// order 0..S-1 and runs the same epilogue as the mma kernel (same 32-column warp layout, so the
+// SwiGLU pairs and argmax blocks line up identically).
+__global__ void __launch_bounds__(kThreads) gemm_splitk_reduce_kernel(const float* partials, int splits,
+                                                                     EpilogueArgs e) {
+  const int64_t col_blocks = (e.n + kColumns - 1) / kColumns;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (item >= e.m * col_blocks) return;  // uniform per warp: the epilogue's shuffles see full warps
+  const int64_t row = item / col_blocks;
+  const int64_t col_block = (item % col_blocks) * kColumns;
+  const int64_t col = col_block + (threadIdx.x & 31);
+  float v = 0.0f;
+  if (col < e.n) {
+    const float* p = partials + row * e.n + col;
+    const int64_t split_stride = e.m * e.n;
+    v = p[0];
+    for (int s = 1; s < splits; ++s) v = __fadd_rn(v, p[s * split_stride]);
+  }
+  epilogue_warp(e, row, col_block, v);
 }
 
 // Once per instantiation and process, before its first launch (never inside a graph capture when
 // prepare_gemm_kernels() ran at construction).
-template <bool kFp8, int MT>
+template <bool kFp8, int MT, bool kPartials = false>
 void prepare() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT, kPartials>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(Stages<kFp8, MT>::kTotalSmem)));
   });
 }
 
-template <bool kFp8, int MT>
-void launch(cudaStream_t stream, const MmaParams& params, int64_t m, int64_t n) {
-  prepare<kFp8, MT>();
+// splits = 1 and kPartials = false: the kMma launch.
+template <bool kFp8, int MT, bool kPartials = false>
+void launch(cudaStream_t stream, const MmaParams& params, int64_t m, int64_t n, int splits = 1) {
+  prepare<kFp8, MT, kPartials>();
   const int64_t m_blocks = (m + MT * 16 - 1) / (MT * 16);
   const int64_t n_blocks = (n + kColumns - 1) / kColumns;
-  if (m_blocks > 0x7fffffff || n_blocks > 65535) {
-    throw internal_error("gemm mma: grid too large (m " + std::to_string(m) + ", n " + std::to_string(n) + ")");
+  if (m_blocks > 0x7fffffff || n_blocks > 65535 || splits < 1 || splits > 65535) {
+    throw internal_error("gemm mma: grid too large (m " + std::to_string(m) + ", n " + std::to_string(n) +
+                         ", splits " + std::to_string(splits) + ")");
   }
   // m-blocks vary fastest, so the CTAs that read the same weights run together (L2 reuse).
-  gemm_mma_kernel<kFp8, MT><<<dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks)), kThreads,
-                              Stages<kFp8, MT>::kTotalSmem, stream>>>(params);
-  DFLASH_CUDA_CHECK_LAUNCH("gemm_mma_kernel");
+  gemm_mma_kernel<kFp8, MT, kPartials>
+      <<<dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits)),
+         kThreads, Stages<kFp8, MT>::kTotalSmem, stream>>>(params);
+  if constexpr (kPartials) {
+    DFLASH_CUDA_CHECK_LAUNCH("gemm_mma_kernel (split-K partials)");
+  } else {
+    DFLASH_CUDA_CHECK_LAUNCH("gemm_mma_kernel");
+  }
+}
+
+void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
+  if (w.k_pad % kKTile != 0 || lda % 8 != 0 || lda < w.k_pad || (reinterpret_cast<uintptr_t>(a) & 15) != 0 ||
+      (reinterpret_cast<uintptr_t>(w.data) & 15) != 0) {
+    throw internal_error(std::string(who) + ": operands not padded/aligned (k_pad " + std::to_string(w.k_pad) +
+                         ", lda " + std::to_string(lda) + ")");
+  }
 }
 
 }  // namespace
+
+// Enough CTAs for a batch-1 GEMM (one 16-row block) to give each of ~132 SMs about 4 (two waves
+// of the two co-resident MT = 1 CTAs per SM): the weights stream at full bandwidth only with many
+// k-tiles in flight on every SM at once. The drafter's narrow GEMMs reach this target long before
+// their splits get short (q|k|v, o, down, fc: 4 splits of 16-48 k-tiles; context k|v: 8 of 8).
+constexpr int64_t kSplitTargetCtas = 512;
+constexpr int kMaxSplits = 8;  // bounds the partials' extra traffic (rows · n · splits · 8 bytes)
+
+static int64_t split_tiles_of(int64_t k_tiles, int splits) { return (k_tiles + splits - 1) / splits; }
+
+int gemm_split_count(int64_t n, int64_t k_pad) {
+  if (n < 1 || k_pad < kKTile || k_pad % kKTile != 0) return 1;
+  const int64_t n_blocks = (n + kColumns - 1) / kColumns;
+  const int64_t k_tiles = k_pad / kKTile;
+  // The smallest power of two that reaches the CTA target, at most kMaxSplits and k_tiles.
+  int splits = 1;
+  while (n_blocks * splits < kSplitTargetCtas && splits * 2 <= kMaxSplits && splits * 2 <= k_tiles) splits *= 2;
+  // Splits of ceil(k_tiles / splits) tiles; drop the empty ones at the end (e.g. 10 tiles in 8
+  // splits of 2 is 5 splits). Recomputing the tile count from the result gives the same ceil.
+  return static_cast<int>((k_tiles + split_tiles_of(k_tiles, splits) - 1) / split_tiles_of(k_tiles, splits));
+}
 
 void prepare_gemm_kernels() {
   prepare<true, 1>();
   prepare<true, 4>();
   prepare<false, 1>();
   prepare<false, 4>();
+  prepare<true, 1, true>();
+  prepare<true, 4, true>();
+  prepare<false, 1, true>();
+  prepare<false, 4, true>();
 }
 
 void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      const GemmEpilogue& epilogue) {
-  if (w.k_pad % kKTile != 0 || lda % 8 != 0 || lda < w.k_pad || (reinterpret_cast<uintptr_t>(a) & 15) != 0 ||
-      (reinterpret_cast<uintptr_t>(w.data) & 15) != 0) {
-    throw internal_error("gemm mma: operands not padded/aligned (k_pad " + std::to_string(w.k_pad) + ", lda " +
-                         std::to_string(lda) + ")");
-  }
+  check_mma_operands("gemm mma", a, lda, w);
   MmaParams p;
   p.a = a;
   p.lda = lda;
@@ -274,10 +358,72 @@ void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_
   p.ldw_bytes = w.k_pad * (fp8 ? 1 : 2);
   p.k_tiles = static_cast<int>(w.k_pad / kKTile);
   p.epilogue = make_epilogue_args(w, m, epilogue);
+  p.split_tiles = p.k_tiles;
+  p.partials = nullptr;
   if (fp8) {
     if (m <= 16) launch<true, 1>(stream, p, m, w.n); else launch<true, 4>(stream, p, m, w.n);
   } else {
     if (m <= 16) launch<false, 1>(stream, p, m, w.n); else launch<false, 4>(stream, p, m, w.n);
+  }
+}
+
+// Rows [row0, row0 + rows) of the epilogue's outputs: every output pointer moves by row0 rows.
+static GemmEpilogue epilogue_rows(const GemmEpilogue& ep, int64_t row0) {
+  GemmEpilogue r = ep;
+  if (r.out != nullptr) r.out += row0 * r.ld_out;
+  if (r.residual != nullptr) r.residual += row0 * r.ld_residual;
+  if (r.swiglu_out != nullptr) r.swiglu_out += row0 * r.ld_swiglu;
+  if (r.argmax_value != nullptr) r.argmax_value += row0 * r.ld_argmax;
+  if (r.argmax_index != nullptr) r.argmax_index += row0 * r.ld_argmax;
+  return r;
+}
+
+void launch_gemm_mma_splitk(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                            const GemmEpilogue& epilogue, float* partials, size_t capacity) {
+  check_mma_operands("gemm mma-splitk", a, lda, w);
+  const int splits = gemm_split_count(w.n, w.k_pad);
+  const int k_tiles = static_cast<int>(w.k_pad / kKTile);
+  // Every split non-empty (gemm_split_count drops empty ones), checked so that a future rule cannot
+  // break it silently: a split past k would leave its partials unwritten.
+  const int split_tiles = static_cast<int>(split_tiles_of(k_tiles, splits));
+  if (splits < 2 || static_cast<int64_t>(split_tiles) * (splits - 1) >= k_tiles) {
+    throw internal_error("gemm mma-splitk: " + std::to_string(splits) + " splits of " + std::to_string(split_tiles) +
+                         " k-tiles do not cover " + std::to_string(k_tiles) + " k-tiles");
+  }
+  // Rows per pass: all m when the scratch holds them, else the most it holds (a multiple of 64,
+  // the MT = 4 row block, when that is at least 64). Rows are independent, so chunking changes
+  // which rows share a launch, never any element's reduction order.
+  const int64_t row_floats = w.n * splits;
+  int64_t chunk = static_cast<int64_t>(capacity) / row_floats;
+  if (chunk < 1) {
+    throw internal_error("gemm mma-splitk: scratch of " + std::to_string(capacity) + " floats is short of one row (" +
+                         std::to_string(w.n) + " columns x " + std::to_string(splits) + " splits)");
+  }
+  if (chunk < m && chunk >= 64) chunk = chunk / 64 * 64;
+  const bool fp8 = w.format == WeightFormat::kE4M3;
+  const int64_t col_blocks = (w.n + kColumns - 1) / kColumns;
+  for (int64_t row0 = 0; row0 < m; row0 += chunk) {
+    const int64_t rows = std::min(chunk, m - row0);
+    MmaParams p;
+    p.a = a + row0 * lda;
+    p.lda = lda;
+    p.m = rows;
+    p.w = static_cast<const uint8_t*>(w.data);
+    p.ldw_bytes = w.k_pad * (fp8 ? 1 : 2);
+    p.k_tiles = k_tiles;
+    p.epilogue = make_epilogue_args(w, rows, epilogue_rows(epilogue, row0));
+    p.split_tiles = split_tiles;
+    p.partials = partials;
+    if (fp8) {
+      if (rows <= 16) launch<true, 1, true>(stream, p, rows, w.n, splits); else launch<true, 4, true>(stream, p, rows, w.n, splits);
+    } else {
+      if (rows <= 16) launch<false, 1, true>(stream, p, rows, w.n, splits); else launch<false, 4, true>(stream, p, rows, w.n, splits);
+    }
+    const int64_t warps = rows * col_blocks;
+    const int64_t blocks = (warps + kWarps - 1) / kWarps;
+    if (blocks > 0x7fffffff) throw internal_error("gemm mma-splitk: reduce grid too large (m " + std::to_string(m) + ")");
+    gemm_splitk_reduce_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(partials, splits, p.epilogue);
+    DFLASH_CUDA_CHECK_LAUNCH("gemm_splitk_reduce_kernel");
   }
 }
 

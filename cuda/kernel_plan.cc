@@ -11,7 +11,8 @@ GemmKernel parse_gemm(const std::string& stage, const std::string& value) {
   }
   if (value == "cublaslt" || value == "cublas") return GemmKernel::kCublasLt;
   if (value == "simple") return GemmKernel::kSimple;
-  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (mma, cublaslt, simple)");
+  if (value == "mma-splitk") return GemmKernel::kMmaSplitK;
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (mma, mma-splitk, cublaslt, simple)");
 }
 
 RowKernel parse_row(const std::string& stage, const std::string& value) {
@@ -75,6 +76,10 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   std::vector<std::pair<std::string, std::string>> d;
   std::string gemm = gemm_kernel_name(plan.block_gemm);
   if (plan.block_gemm == GemmKernel::kMma) gemm += fp8 ? " (weight-only E4M3, tensor cores)" : " (bf16 weights, tensor cores)";
+  if (plan.block_gemm == GemmKernel::kMmaSplitK) {
+    gemm += fp8 ? " (weight-only E4M3, tensor cores, K split across CTAs for narrow N)"
+                : " (bf16 weights, tensor cores, K split across CTAs for narrow N)";
+  }
   if (plan.block_gemm == GemmKernel::kCublasLt && fp8) gemm += " (E4M3 codes as exact bf16 copies, scale in the epilogue)";
   d.emplace_back("kernel.gemm", gemm);
   if (plan.ctx_gemm_auto) {

@@ -2,9 +2,10 @@
 // CudaOptions::kernels (after the environment), with the fallbacks taken and why. Stages and values
 // (docs/cuda-drafter.md):
 //   gemm          block-row GEMMs: mma (default; aliases auto, small-m, fp8-small-m, bf16-small-m),
+//                 mma-splitk (K split across CTAs for narrow N; bitwise batch invariant),
 //                 cublaslt (alias cublas), simple
-//   ctx_gemm      context-row GEMMs (fc, k/v): mma (default: bitwise batch invariant), auto
-//                 (cuBLASLt for bf16 weights when a chunk has more than 64 rows, mma otherwise:
+//   ctx_gemm      context-row GEMMs (fc, k/v): mma (default: bitwise batch invariant), mma-splitk,
+//                 auto (cuBLASLt for bf16 weights when a chunk has more than 64 rows, mma otherwise:
 //                 invariant only within a rounding bound), cublaslt, simple
 //   attention     auto (default), tuned, generic, simple
 //   rmsnorm       tuned (default), simple

@@ -63,6 +63,59 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   }
   EXPECT_TRUE(described);
   EXPECT_EQ(resolve_kernel_plan({{"gemm", "fp8-small-m"}}, 64).block_gemm, GemmKernel::kMma);
+
+  // The split-K lever, for block and context rows; still our own kernels, so bitwise invariant.
+  const KernelPlan s = resolve_kernel_plan({{"gemm", "mma-splitk"}, {"ctx_gemm", "mma-splitk"}}, 128);
+  EXPECT_EQ(s.block_gemm, GemmKernel::kMmaSplitK);
+  EXPECT_FALSE(s.ctx_gemm_auto);
+  EXPECT_EQ(s.ctx_kernel(256, WeightFormat::kBf16), GemmKernel::kMmaSplitK);
+  EXPECT_FALSE(s.uses_cublaslt());
+  int checked = 0;
+  for (const auto& [k, v] : describe_kernel_plan(s, true)) {
+    if (k == "kernel.gemm") {
+      EXPECT_EQ(v.rfind("mma-splitk", 0), 0u) << v;
+      ++checked;
+    } else if (k == "kernel.ctx_gemm") {
+      EXPECT_EQ(v, "mma-splitk");
+      ++checked;
+    } else if (k == "batch_invariance") {
+      EXPECT_EQ(v, "bitwise for block rows (own kernels, fixed reduction order); context rows bitwise");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);
+  GemmKernel parsed = GemmKernel::kMma;
+  EXPECT_TRUE(parse_gemm_kernel("mma-splitk", &parsed));
+  EXPECT_EQ(parsed, GemmKernel::kMmaSplitK);
+}
+
+// Expected split counts worked by hand from the rule in gemm_mma.cu: the smallest power of two S
+// with ceil(n / 32) · S >= 512, at most 8 and at most the k-tiles (k_pad / 64), then the empty
+// splits of ceil(k_tiles / S)-tile splits dropped.
+TEST(GemmSplitK, SplitCountIsAFunctionOfTheWeightShape) {
+  // Qwen3-8B geometry (H 4096, I 12288, 32/8 heads of 128, V 151936, 5 target layers).
+  EXPECT_EQ(gemm_split_count(6144, 4096), 4);     // q|k|v: 192 column blocks -> 768 CTAs
+  EXPECT_EQ(gemm_split_count(4096, 4096), 4);     // o: 128 -> 512
+  EXPECT_EQ(gemm_split_count(4096, 12288), 4);    // down: 128 -> 512, 48 k-tiles each
+  EXPECT_EQ(gemm_split_count(4096, 20480), 4);    // fc (5 · 4096 context features)
+  EXPECT_EQ(gemm_split_count(2048, 4096), 8);     // context k|v: 64 -> 512, 8 k-tiles each
+  EXPECT_EQ(gemm_split_count(24576, 4096), 1);    // gate|up: 768 blocks already
+  EXPECT_EQ(gemm_split_count(151936, 4096), 1);   // lm_head
+  // The GPU test's shapes: both split paths and the plain one are exercised.
+  EXPECT_EQ(gemm_split_count(200, 4096), 8);      // 7 blocks, capped at 8 splits of 8 tiles
+  EXPECT_EQ(gemm_split_count(520, 12288), 8);     // 17 blocks, 8 splits of 24 tiles
+  EXPECT_EQ(gemm_split_count(96, 64), 1);         // one k-tile
+  EXPECT_EQ(gemm_split_count(16, 128), 2);        // two k-tiles
+  EXPECT_EQ(gemm_split_count(160, 640), 5);       // 10 tiles: 8 splits of 2 leave 5 non-empty
+  EXPECT_EQ(gemm_split_count(192, 256), 4);       // 4 tiles, one each
+  EXPECT_EQ(gemm_split_count(2500, 128), 2);      // 79 blocks, 2 tiles
+  EXPECT_EQ(gemm_split_count(4096, 192), 2);      // 3 tiles: 2 splits (4 > 3 tiles), of 2 and 1
+  EXPECT_EQ(gemm_split_count(4096, 320), 3);      // 5 tiles: 4 splits of 2 leave 3 non-empty
+  // Scratch: rows · n · splits floats for a split GEMM, none for one that runs as mma.
+  EXPECT_EQ(gemm_scratch_floats(GemmKernel::kMmaSplitK, 16, 6144, 4096), 16 * 6144 * 4);
+  EXPECT_EQ(gemm_scratch_floats(GemmKernel::kMmaSplitK, 512, 24576, 4096), 0);
+  EXPECT_EQ(gemm_scratch_floats(GemmKernel::kMma, 16, 6144, 4096), 0);
+  EXPECT_EQ(gemm_scratch_floats(GemmKernel::kSimple, 16, 6144, 4096), 16 * 6144);
 }
 
 TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {

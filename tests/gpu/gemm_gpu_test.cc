@@ -204,7 +204,7 @@ TEST_F(GemmTest, EveryKernelAtEveryBlockRowCountMatchesCpuAndIsBatchInvariant) {
       const Reference ref = reference(p, a, kMaxBlockRows);
       // The planted bug: each 32-wide K tile read only in its first half.
       const Reference bug = reference(p, a, kMaxBlockRows, [](int64_t k) { return k % 32 < 16; });
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
         const std::string what = std::string(gemm_kernel_name(kernel)) + (format == WeightFormat::kE4M3 ? " e4m3" : " bf16") +
                                  " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
         const std::vector<float> full = run(kernel, p, da, kMaxBlockRows);
@@ -238,7 +238,7 @@ TEST_F(GemmTest, ContextChunkSizesMatchCpu) {
     const Tensor a = random_activations(256, p->k, 99);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(p->k));
     const Reference ref = reference(*p, a, 256);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
       for (int64_t m : {65, 100, 128, 200, 256}) {
         const std::vector<float> c = run(kernel, *p, da, m);
         EXPECT_LE(worst_ratio(c, ref, m, p->n), 1.0) << gemm_kernel_name(kernel) << " m=" << m;
@@ -277,7 +277,7 @@ TEST_F(GemmTest, E4M3SubnormalCodesAreDecodedExactly) {
   Tensor a = Tensor::zeros({4, k});
   for (float& v : a.values) v = 1.0f;
   const DeviceBuffer<uint16_t> da = upload_activations(a, k);
-  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
     const std::vector<float> c = run(kernel, p, da, 4);
     for (int64_t i = 0; i < 4; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -297,7 +297,7 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
     const Tensor a = random_activations(m, k, 3);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
     const Reference ref = reference(p, a, m);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
       const std::string what = gemm_kernel_name(kernel);
       // residual += C
       std::vector<float> residual0(static_cast<size_t>(m * p.n));
@@ -358,7 +358,7 @@ TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
         upload(p, stream_);
       }
       const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
         DeviceBuffer<float> logits(static_cast<size_t>(m * n)), values(static_cast<size_t>(m * argmax_blocks(n)));
         DeviceBuffer<int32_t> indices(values.size()), fused(static_cast<size_t>(m)), scanned(static_cast<size_t>(m));
         GemmEpilogue ep;
