@@ -24,7 +24,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter_impl.h"
 #include "cuda/device_buffer.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {
@@ -169,7 +170,7 @@ int main_impl(int argc, char** argv) {
   const double bandwidth = measure_copy_bandwidth();
   std::printf("device %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
               bandwidth / 1e9);
-  const RandomGeometry g = qwen3_8b_geometry();
+  const DrafterGeometry g = qwen3_8b_geometry();
   const DrafterConfig config = make_config(g);
   const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<const DrafterWeights> weights = make_random_weights(config, 1);

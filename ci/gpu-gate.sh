@@ -55,7 +55,7 @@ if ((remote == 0)); then
   rm -rf .gpu && mkdir -p .gpu
   for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
   for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
-  cp "$build_dir/cuda/bench/cuda_propose_bench" .gpu/
+  cp "$build_dir/bench/cuda_propose_bench" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
@@ -96,7 +96,7 @@ run_test() {
   ".gpu/$t" --gtest_filter="$filter" >"$out_dir/$t.out" 2>&1
   rc=$?
   { echo "=== $label$t ($filter)"; cat "$out_dir/$t.out"; } >>"$tests_log"
-  counts=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test" "$out_dir/$t.out" | tr '\n' ' ')
+  counts=$(grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test" "$out_dir/$t.out" | tr '\n' ' ')
   if ((rc == 0)) && ! grep -q "SKIPPED \] [0-9]" "$out_dir/$t.out"; then
     note "PASS $label$t ($(($(date +%s) - start)) s): $counts"
   else
@@ -104,7 +104,7 @@ run_test() {
     grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|attention|oracle|geometry|levers)\]|cases" "$out_dir/$t.out" | head -40 >>"$summary"
+  grep -E "^\[(gemm|attention|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
   rm -f "$out_dir/$t.out"
 }
 

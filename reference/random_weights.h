@@ -1,17 +1,23 @@
-// Seeded random drafter weights (bf16-representable values) for unit tests and for timing the
-// reference at real geometries without a checkpoint. Same config and seed, same bits, whatever
-// the thread count (each tensor draws from its own stream, seeded by the seed and its index).
+// Seeded random drafter weights for the reference's tests and timing, drawn by the one generator
+// (fixtures/random_drafter.h): same config and seed, same bits, whatever the thread count.
 #pragma once
 #include <cstdint>
 
 #include "core/config.h"
 #include "core/weights.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 
-// Projections uniform in ±1/sqrt(fan_in), norm weights in [0.8, 1.2], embed/lm_head in ±1,
-// biases in ±0.1 when attention_bias; all rounded to bf16. lm_head is a separate tensor unless
-// config.tie_word_embeddings.
-DrafterWeights make_random_drafter_weights(const DrafterConfig& config, uint64_t seed, int threads = 1);
+// The reference tests' ranges: projections U(±1/sqrt(fan_in)) (projection gain 1), norms 1 ± 0.2,
+// biases ±0.1, embed_tokens and lm_head U(±1).
+inline RandomWeightRanges reference_weight_ranges() {
+  return {1.0, 0.2f, 0.1f, RandomWeightRanges::Table::kUnitRange, RandomWeightRanges::Table::kUnitRange};
+}
+
+// lm_head is a separate tensor unless config.tie_word_embeddings.
+inline DrafterWeights make_random_drafter_weights(const DrafterConfig& config, uint64_t seed, int threads = 1) {
+  return make_random_drafter_weights(config, seed, reference_weight_ranges(), threads);
+}
 
 }  // namespace dflash

@@ -8,65 +8,17 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/dtype.h"
 #include "core/error.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 #include "reference/random_weights.h"
 #include "reference/reference_options.h"
 
 namespace dflash {
 namespace {
 
-DrafterConfig geometry(const std::string& model) {
-  DrafterConfig c;
-  c.rope.type = RopeConfig::Type::kDefault;
-  if (model == "qwen3-8b" || model == "qwen3-4b") {
-    c.hidden_size = model == "qwen3-8b" ? 4096 : 2560;
-    c.intermediate_size = model == "qwen3-8b" ? 12288 : 9728;
-    c.num_layers = 5;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 151936;
-    c.block_size = 16;
-    c.target_layer_ids = {1, 9, 17, 25, 33};
-    c.rope.theta = 1e6;
-    c.rms_norm_eps = 1e-6;
-  } else if (model == "gpt-oss-20b") {
-    c.hidden_size = 2880;
-    c.intermediate_size = 7680;
-    c.num_layers = 8;
-    c.num_heads = 64;
-    c.num_kv_heads = 8;
-    c.head_dim = 64;
-    c.vocab_size = 201088;
-    c.block_size = 8;
-    c.target_layer_ids = {1, 6, 11, 16, 21};
-    c.rope.theta = 150000;
-    c.rope.type = RopeConfig::Type::kYarn;
-    c.rope.factor = 32;
-    c.rope.original_max_position_embeddings = 4096;
-    c.rms_norm_eps = 1e-5;
-    c.attention_bias = true;
-  } else {
-    throw bad_input("--model: unknown geometry '" + model + "' (qwen3-8b, qwen3-4b, gpt-oss-20b)");
-  }
-  c.mask_token_id = c.vocab_size - 1;
-  c.target_hidden_size = c.hidden_size;
-  return c;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-Tensor random_ctx(int64_t rows, int64_t cols, int64_t first) {
-  Tensor t = Tensor::zeros({rows, cols});
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      t.row(r)[c] = round_to_bf16(static_cast<float>(std::sin(0.37 * static_cast<double>(first + r) + 0.011 * c)));
-    }
-  }
-  return t;
 }
 
 int run(int argc, char** argv) {
@@ -83,7 +35,7 @@ int run(int argc, char** argv) {
   Precision precision;
   if (!parse_precision(precision_text, &precision)) throw bad_input("--precision: unknown '" + precision_text + "'");
 
-  const DrafterConfig config = geometry(model);
+  const DrafterConfig config = make_config(real_geometry(model, "--model"));
   auto t = std::chrono::steady_clock::now();
   auto weights = std::make_shared<const DrafterWeights>(make_random_drafter_weights(config, 1, threads));
   std::printf("%s: random weights in %.1f s\n", model.c_str(), seconds_since(t));
@@ -100,7 +52,7 @@ int run(int argc, char** argv) {
   int64_t start = 0;
   for (int i = 0; i < proposes; ++i) {
     const int64_t rows = i == 0 ? ctx : 1;
-    const Tensor rows_tensor = random_ctx(rows, config.ctx_feature_dim(), start);
+    const Tensor rows_tensor = make_random_context(rows, config.ctx_feature_dim(), static_cast<uint64_t>(start));
     start += rows;
     t = std::chrono::steady_clock::now();
     const auto out = drafter->propose({{0, &rows_tensor, start, 7}}, false);

@@ -90,9 +90,11 @@ void check_property_in_test(const rc::detail::Property& property, int default_ca
   if (result.match(success)) {
     if (success.numSuccess == 0 && !rc::detail::configuration().reproduce.empty()) {
       std::cout << "[property] " << id << ": not in the RC_PARAMS reproduce set, not run\n";
-    } else if (!success.distribution.empty()) {
+    } else {
+      // Always say how many cases ran (and how often each classified situation came up), so a log
+      // shows the count behind every pass.
       std::cout << "[property] " << id << " (seed " << run.seed << "): ";
-      rc::detail::printResultMessage(success, std::cout);  // how often each classified situation came up
+      rc::detail::printResultMessage(success, std::cout);
       std::cout << "\n";
     }
     return;

@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "core/dtype.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash::prop {
 
@@ -38,42 +39,29 @@ std::ostream& operator<<(std::ostream& os, const LmHeadPlan& plan) {
 }
 
 DrafterConfig make_config(const Geometry& g) {
-  DrafterConfig c;
-  c.hidden_size = g.hidden;
-  c.num_layers = g.layers;
-  c.num_heads = g.heads;
-  c.num_kv_heads = g.kv_heads;
-  c.head_dim = g.head_dim;
-  c.intermediate_size = g.intermediate;
-  c.vocab_size = g.vocab;
-  c.rms_norm_eps = g.eps;
-  c.attention_bias = g.bias;
-  c.rope.theta = g.rope_theta;
+  DrafterGeometry shared;
+  shared.hidden = g.hidden;
+  shared.layers = g.layers;
+  shared.heads = g.heads;
+  shared.kv_heads = g.kv_heads;
+  shared.head_dim = g.head_dim;
+  shared.intermediate = g.intermediate;
+  shared.vocab = g.vocab;
+  shared.block = g.block_size;
+  for (int i = 0; i < g.captured_layers; ++i) shared.target_layer_ids.push_back(1 + 4 * i);
+  shared.theta = g.rope_theta;
+  shared.eps = g.eps;
+  shared.bias = g.bias;
   if (g.yarn) {
-    c.rope.type = RopeConfig::Type::kYarn;
-    c.rope.factor = g.yarn_factor;
-    c.rope.original_max_position_embeddings = g.yarn_original_positions;
+    shared.yarn_factor = g.yarn_factor;
+    shared.yarn_original = g.yarn_original_positions;
   }
-  c.block_size = g.block_size;
-  for (int i = 0; i < g.captured_layers; ++i) c.target_layer_ids.push_back(1 + 4 * i);
-  c.mask_token_id = g.mask_token;
-  c.target_hidden_size = g.hidden;
-  c.max_position_embeddings = 1 << 16;
-  return c;
+  shared.mask_token_id = g.mask_token;
+  shared.max_position_embeddings = 1 << 16;
+  return dflash::make_config(shared);
 }
 
 namespace {
-
-Tensor random_tensor(std::vector<int64_t> shape, float center, float half_width, SplitMix64& rng) {
-  Tensor t = Tensor::zeros(std::move(shape));
-  for (float& v : t.values) v = round_to_bf16(center + rng.uniform(-half_width, half_width));
-  return t;
-}
-
-// U(-a, a) with a = sqrt(3 / fan_in): unit variance outputs for unit variance inputs.
-Tensor projection(int64_t out, int64_t in, SplitMix64& rng) {
-  return random_tensor({out, in}, 0.0f, std::sqrt(3.0f / static_cast<float>(in)), rng);
-}
 
 void copy_row(Tensor& t, int from, int to) {
   for (int64_t k = 0; k < t.cols(); ++k) t.row(to)[k] = t.row(from)[k];
@@ -82,35 +70,11 @@ void copy_row(Tensor& t, int from, int to) {
 }  // namespace
 
 std::shared_ptr<DrafterWeights> make_weights(const DrafterConfig& c, uint64_t seed, const LmHeadPlan& lm_head) {
-  SplitMix64 rng(seed);
-  auto w = std::make_shared<DrafterWeights>();
-  const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
-  w->fc = projection(h, c.ctx_feature_dim(), rng);
-  w->hidden_norm = random_tensor({h}, 1.0f, 0.25f, rng);
-  w->norm = random_tensor({h}, 1.0f, 0.25f, rng);
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights layer;
-    layer.input_layernorm = random_tensor({h}, 1.0f, 0.25f, rng);
-    layer.post_attention_layernorm = random_tensor({h}, 1.0f, 0.25f, rng);
-    layer.q_proj = projection(q, h, rng);
-    layer.k_proj = projection(kv, h, rng);
-    layer.v_proj = projection(kv, h, rng);
-    layer.o_proj = projection(h, q, rng);
-    if (c.attention_bias) {
-      layer.q_bias = random_tensor({q}, 0.0f, 0.25f, rng);
-      layer.k_bias = random_tensor({kv}, 0.0f, 0.25f, rng);
-      layer.v_bias = random_tensor({kv}, 0.0f, 0.25f, rng);
-      layer.o_bias = random_tensor({h}, 0.0f, 0.25f, rng);
-    }
-    layer.q_norm = random_tensor({c.head_dim}, 1.0f, 0.25f, rng);
-    layer.k_norm = random_tensor({c.head_dim}, 1.0f, 0.25f, rng);
-    layer.gate_proj = projection(inter, h, rng);
-    layer.up_proj = projection(inter, h, rng);
-    layer.down_proj = projection(h, inter, rng);
-    w->layers.push_back(std::move(layer));
-  }
-  w->embed_tokens = random_tensor({c.vocab_size, h}, 0.0f, 1.0f, rng);
-  w->lm_head = projection(c.vocab_size, h, rng);
+  // Projections unit-gain, norms 1 +- 1/4, biases +-1/4, embed_tokens U(-1, 1), lm_head like a projection.
+  const RandomWeightRanges ranges = {3.0, 0.25f, 0.25f, RandomWeightRanges::Table::kUnitRange,
+                                     RandomWeightRanges::Table::kLikeProjection};
+  auto w = std::make_shared<DrafterWeights>(make_random_drafter_weights(c, seed, ranges, /*threads=*/1));
+  const int64_t h = c.hidden_size;
   switch (lm_head.kind) {
     case LmHead::kRandom:
       break;
@@ -135,10 +99,10 @@ std::shared_ptr<DrafterWeights> make_weights(const DrafterConfig& c, uint64_t se
 }
 
 void context_row(uint64_t stream, int64_t position, int64_t features, float* out) {
-  SplitMix64 rng(stream * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(position) + 0x632be59bd9b4e019ull));
   for (int64_t j = 0; j < features; ++j) {
+    // x4 is exact on a bf16 value.
     const float scale = j % 7 == 3 ? 4.0f : 1.0f;
-    out[j] = round_to_bf16(scale * rng.uniform(-1.0f, 1.0f));
+    out[j] = scale * random_bf16(stream, static_cast<uint64_t>(position), static_cast<uint64_t>(j), -1.0f, 1.0f);
   }
 }
 

@@ -56,6 +56,8 @@ struct GeometryLimits {
   int max_captured_layers = 3;
 };
 
+// Through the shared builder (fixtures/geometries.h): target_layer_ids 1, 5, 9, ... (one per
+// captured layer), 2^16 positions.
 DrafterConfig make_config(const Geometry& geometry);
 
 // How the lm_head is built. kRandom: independent rows. kDuplicateRows: random rows, some copied to
@@ -69,12 +71,14 @@ struct LmHeadPlan {
 };
 std::ostream& operator<<(std::ostream& os, const LmHeadPlan& plan);
 
-// Seeded weights, every value a bf16 value (round_to_bf16 of a uniform draw), scaled so that
-// activations stay O(1): projections U(-a, a) with a = sqrt(3 / fan_in), norms 1 ± 1/4.
+// Seeded weights from the shared generator (fixtures/random_drafter.h), every value a bf16 value,
+// scaled so that activations stay O(1): projections U(-a, a) with a = sqrt(3 / fan_in), norms
+// 1 ± 1/4, biases ± 1/4, embed_tokens U(-1, 1); then the lm_head plan applied.
 std::shared_ptr<DrafterWeights> make_weights(const DrafterConfig& config, uint64_t seed,
                                              const LmHeadPlan& lm_head = {});
 
-// The target hidden-state row of (stream, position): nT·Ht bf16 values, a pure function of both,
+// The target hidden-state row of (stream, position): nT·Ht bf16 values (random_bf16 of the shared
+// generator, seeded by the stream, indexed by channel), a pure function of both,
 // with every 7th channel four times larger (targets have outlier channels).
 void context_row(uint64_t stream, int64_t position, int64_t features, float* out);
 
