@@ -2,7 +2,6 @@
 // a propose is in cuda_forward.cc.
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -13,15 +12,12 @@
 namespace dflash {
 namespace {
 
-HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& settings, const CudaOptions& options,
-                              std::string* precision_source) {
+HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& settings, const CudaOptions& options) {
   HeadSettings s = settings.resolved(config);
-  *precision_source = "settings";
   if (!options.precision.empty()) {
     if (!parse_precision(options.precision, &s.precision)) {
       throw bad_input("CUDA options: precision '" + options.precision + "' (bf16 or fp8)");
     }
-    *precision_source = "DFLASH_CUDA_PRECISION / CudaOptions::precision";
   }
   if (s.precision != Precision::kBf16 && s.precision != Precision::kFp8) {
     throw bad_input(std::string("head: the CUDA drafter computes in bf16 or fp8; precision ") +
@@ -90,16 +86,13 @@ std::unique_ptr<DraftProposer> make_cuda_drafter(const DrafterConfig& config,
 
 CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                          const HeadSettings& settings, const CudaOptions& options)
-    : config_(config),
+    : PagedProposer(config, resolve_settings(config, settings, options)),
       host_weights_(std::move(weights)),
-      settings_(resolve_settings(config, settings, options, &precision_source_)),
       options_(options),
       plan_(resolve_kernel_plan(options.kernels, config.head_dim)),
       fp8_(settings_.precision == Precision::kFp8),
       max_width_(std::max(settings_.gamma, 2)),
-      rope_(make_rope_table(config.rope, config.head_dim)),
-      table_(settings_.pool_pages, settings_.kv_page_size, settings_.uncapped ? 0 : settings_.ctx_cap,
-             settings_.page_order_seed) {
+      rope_(make_rope_table(config.rope, config.head_dim)) {
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
@@ -109,7 +102,6 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                  std::to_string(prop.multiProcessorCount) + " SMs)";
 
-  block_g_ = max_width_;
   const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
   max_window_ = settings_.uncapped ? pool_slots : std::min<int64_t>(settings_.ctx_cap, pool_slots);
   max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
@@ -268,46 +260,13 @@ CudaDrafter::~CudaDrafter() {
 
 std::string CudaDrafter::name() const { return std::string("cuda-") + precision_name(settings_.precision); }
 
-void CudaDrafter::add_sequence(int seq) { table_.add(seq); }
-void CudaDrafter::release_sequence(int seq) { table_.release(seq); }
-void CudaDrafter::set_block_g(int g) { block_g_ = clamp_block_width(g, settings_.gamma); }
-
-void CudaDrafter::validate_batch(const std::vector<ProposeInput>& batch) const {
-  if (static_cast<int>(batch.size()) > settings_.max_batch) {
-    throw bad_input("propose: " + std::to_string(batch.size()) + " sequences, but max_batch is " +
-                    std::to_string(settings_.max_batch));
-  }
-  std::set<int> seen;
-  const int64_t width = config_.ctx_feature_dim();
-  for (const ProposeInput& in : batch) {
-    const std::string who = "propose: sequence " + std::to_string(in.seq);
-    if (!seen.insert(in.seq).second) throw bad_input(who + " appears twice in one propose");
-    if (!table_.has(in.seq)) throw bad_input(who + " is not active");
-    if (in.ctx == nullptr) throw bad_input(who + ": no context tensor");
-    const Tensor& ctx = *in.ctx;
-    if (ctx.shape.size() != 2 || ctx.shape[1] != width ||
-        static_cast<int64_t>(ctx.values.size()) != ctx.shape[0] * width) {
-      throw bad_input(who + ": context rows have shape " + shape_string(ctx.shape) + ", expected [C, " +
-                      std::to_string(width) + "]");
-    }
-    if (in.anchor < 0 || in.anchor >= config_.vocab_size) {
-      throw bad_input(who + ": anchor token " + std::to_string(in.anchor) + " is outside [0, " +
-                      std::to_string(config_.vocab_size) + ")");
-    }
-    if (in.start < 0) throw bad_input(who + ": negative start " + std::to_string(in.start));
-    const int64_t bad = first_non_finite(ctx.values.data(), ctx.numel());
-    if (bad >= 0) {
-      throw bad_input(who + ": context value at row " + std::to_string(bad / width) + ", column " +
-                      std::to_string(bad % width) + " is " + (std::isnan(ctx.values[bad]) ? "NaN" : "infinite"));
-    }
-  }
-}
-
 std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   std::vector<std::pair<std::string, std::string>> d;
   d.emplace_back("implementation", "cuda");
   d.emplace_back("device", device_name_);
-  d.emplace_back("precision", std::string(precision_name(settings_.precision)) + " (from " + precision_source_ + ")");
+  const char* precision_source =
+      options_.precision.empty() ? "settings" : "DFLASH_CUDA_PRECISION / CudaOptions::precision";
+  d.emplace_back("precision", std::string(precision_name(settings_.precision)) + " (from " + precision_source + ")");
   d.emplace_back("weights", fp8_ ? "q/k/v/o/gate/up/down and lm_head E4M3 per-row scales (quantized on the device); "
                                    "fc, norms, embed_tokens bf16"
                                  : "all bf16");

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/kv_pages.h"
+#include "core/paged_proposer.h"
 #include "core/proposer.h"
 #include "core/rope.h"
 #include "core/weights.h"
@@ -28,7 +29,7 @@
 
 namespace dflash {
 
-class CudaDrafter final : public DraftProposer {
+class CudaDrafter final : public PagedProposer {
  public:
   static constexpr int64_t kContextChunkRows = 256;
 
@@ -39,17 +40,7 @@ class CudaDrafter final : public DraftProposer {
   CudaDrafter& operator=(const CudaDrafter&) = delete;
 
   std::string name() const override;
-  const DrafterConfig& config() const override { return config_; }
-  const HeadSettings& settings() const override { return settings_; }
-  void add_sequence(int seq) override;
-  void release_sequence(int seq) override;
-  void set_block_g(int g) override;
-  int block_g() const override { return block_g_; }
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
-  std::vector<int> sequences() const override { return table_.sequences(); }
-  SequenceView sequence_view(int seq) const override { return table_.view(seq); }
-  std::vector<int64_t> window_slots(int seq) const override { return table_.window_slots(seq); }
-  PoolView pool_view() const override { return table_.pool(); }
   std::vector<std::pair<std::string, std::string>> describe() const override;
 
   // --- for the GPU tests and the benchmark ---
@@ -72,7 +63,6 @@ class CudaDrafter final : public DraftProposer {
     cudaGraphExec_t exec = nullptr;
   };
 
-  void validate_batch(const std::vector<ProposeInput>& batch) const;
   void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
                       TapSink* taps);
   void upload_step(const std::vector<ProposeInput>& batch);
@@ -81,20 +71,15 @@ class CudaDrafter final : public DraftProposer {
   void enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue);
 
-  DrafterConfig config_;
   std::shared_ptr<const DrafterWeights> host_weights_;
-  std::string precision_source_;  // before settings_: its initializer writes it
-  HeadSettings settings_;
   CudaOptions options_;
   KernelPlan plan_;
   bool fp8_ = true;
-  int block_g_ = 2;
   int max_width_ = 2;       // max(gamma, 2)
   int64_t max_window_ = 0;  // context positions a sequence can attend to
   int max_pages_per_seq_ = 0;
   int max_chunks_ = 0;
   RopeTable rope_;
-  KvPageTable table_;
   std::string device_name_;
 
   cudaStream_t stream_ = nullptr;

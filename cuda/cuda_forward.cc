@@ -49,12 +49,8 @@ void CudaDrafter::enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda
 }
 
 std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>& batch, bool want_taps) {
-  if (batch.empty()) return {};
-  validate_batch(batch);
-  std::vector<ContextRequest> requests;
-  for (const ProposeInput& in : batch) requests.push_back({in.seq, in.start, in.ctx->rows()});
-  // Atomic: on any error (gap, overlap, pool exhausted) no sequence has changed.
-  const std::vector<ContextAdmission> admissions = table_.admit(requests);
+  // Atomic: on any error (bad input, gap, overlap, pool exhausted) no sequence has changed.
+  const std::vector<ContextAdmission> admissions = admit_context(batch);
 
   const int nb = static_cast<int>(batch.size());
   const int width = block_g_;

@@ -4,11 +4,11 @@
 #include "reference/reference_drafter.h"
 
 #include <cstdlib>
-#include <set>
 #include <string>
 
 #include "core/error.h"
 #include "core/kv_pages.h"
+#include "core/paged_proposer.h"
 #include "reference/engine.h"
 #include "reference/ops/ops.h"
 #include "reference/prepared_weights.h"
@@ -18,35 +18,22 @@
 namespace dflash {
 namespace {
 
-class ReferenceDrafter final : public DraftProposer {
+class ReferenceDrafter final : public PagedProposer {
  public:
   ReferenceDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                    const HeadSettings& settings, const ReferenceOptions& options)
-      : config_(checked_config(config)),
+      : PagedProposer(checked_config(config), settings.resolved(config)),
         weights_(checked_weights(config, std::move(weights))),
-        settings_(settings.resolved(config)),
-        table_(settings_.pool_pages, settings_.kv_page_size, settings_.ctx_cap, settings_.page_order_seed),
-        block_g_(clamp_block_width(settings_.gamma, settings_.gamma)),
         engine_(make_drafter_engine(config_, *weights_, settings_.precision,
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
                                     options.threads)) {}
 
   std::string name() const override { return std::string("reference-") + precision_name(settings_.precision); }
-  const DrafterConfig& config() const override { return config_; }
-  const HeadSettings& settings() const override { return settings_; }
-
-  void add_sequence(int seq) override { table_.add(seq); }
-  void release_sequence(int seq) override { table_.release(seq); }
-
-  void set_block_g(int g) override { block_g_ = clamp_block_width(g, settings_.gamma); }
-  int block_g() const override { return block_g_; }
 
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
-    validate(batch);
-    std::vector<ContextRequest> requests;
-    for (const ProposeInput& in : batch) requests.push_back({in.seq, in.start, in.ctx->rows()});
-    // Gaps, overlaps, C = 0 on an empty sequence, a full pool: refused here with nothing changed.
-    const std::vector<ContextAdmission> admissions = table_.admit(requests);
+    // Bad inputs, gaps, overlaps, C = 0 on an empty sequence, a full pool: refused here with
+    // nothing changed.
+    const std::vector<ContextAdmission> admissions = admit_context(batch);
 
     std::vector<SequenceStep> steps(batch.size());
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -63,10 +50,6 @@ class ReferenceDrafter final : public DraftProposer {
     return engine_->propose(steps, block_g_, want_taps);
   }
 
-  std::vector<int> sequences() const override { return table_.sequences(); }
-  SequenceView sequence_view(int seq) const override { return table_.view(seq); }
-  std::vector<int64_t> window_slots(int seq) const override { return table_.window_slots(seq); }
-  PoolView pool_view() const override { return table_.pool(); }
 
   std::vector<std::pair<std::string, std::string>> describe() const override {
     const StagePolicy policy = StagePolicy::for_precision(settings_.precision);
@@ -119,53 +102,7 @@ class ReferenceDrafter final : public DraftProposer {
     return weights;
   }
 
-  // Everything that can be wrong with a batch, checked before any state changes.
-  void validate(const std::vector<ProposeInput>& batch) const {
-    if (batch.empty()) throw bad_input("propose: empty batch");
-    if (static_cast<int>(batch.size()) > settings_.max_batch) {
-      throw bad_input("propose: batch of " + std::to_string(batch.size()) + " sequences exceeds max_batch " +
-                      std::to_string(settings_.max_batch));
-    }
-    const int64_t features = config_.ctx_feature_dim();
-    std::set<int> seen;
-    for (const ProposeInput& in : batch) {
-      const std::string who = "propose: sequence " + std::to_string(in.seq);
-      if (!seen.insert(in.seq).second) throw bad_input(who + " appears twice in one batch");
-      if (!table_.has(in.seq)) throw bad_input(who + " is not active (add_sequence first; released ids stay retired)");
-      if (!in.ctx) throw bad_input(who + ": no ctx tensor (pass a [0, " + std::to_string(features) + "] one for C = 0)");
-      if (in.ctx->shape.size() != 2 || in.ctx->shape[1] != features) {
-        throw bad_input(who + ": ctx has shape " + shape_string(in.ctx->shape) + ", expected [C, " +
-                        std::to_string(features) + "] (nT·Ht = " + std::to_string(config_.num_target_layers()) + "·" +
-                        std::to_string(config_.target_hidden_size) + ")");
-      }
-      if (static_cast<int64_t>(in.ctx->values.size()) != in.ctx->numel()) {
-        throw bad_input(who + ": ctx holds " + std::to_string(in.ctx->values.size()) + " values for shape " +
-                        shape_string(in.ctx->shape));
-      }
-      if (in.anchor < 0 || in.anchor >= config_.vocab_size) {
-        throw bad_input(who + ": anchor token " + std::to_string(in.anchor) + " outside [0, " +
-                        std::to_string(config_.vocab_size) + ")");
-      }
-      const int64_t rows = in.ctx->rows();
-      if (in.start - rows < 0) {
-        throw bad_input(who + ": " + std::to_string(rows) + " ctx rows before anchor position " +
-                        std::to_string(in.start) + " would start at a negative position");
-      }
-      const int64_t bad = first_non_finite(in.ctx->values.data(), in.ctx->numel());
-      if (bad >= 0) {
-        throw bad_input(who + ": ctx value at row " + std::to_string(bad / features) + ", column " +
-                        std::to_string(bad % features) + " (flat index " + std::to_string(bad) + ", position " +
-                        std::to_string(in.start - rows + bad / features) + ") is " +
-                        std::to_string(in.ctx->values[static_cast<size_t>(bad)]));
-      }
-    }
-  }
-
-  const DrafterConfig config_;
   const std::shared_ptr<const DrafterWeights> weights_;
-  const HeadSettings settings_;
-  KvPageTable table_;
-  int block_g_;
   std::unique_ptr<DrafterEngine> engine_;
 };
 
