@@ -10,12 +10,8 @@ namespace dflash::prop {
 
 ToyProposer::ToyProposer(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                          const HeadSettings& settings)
-    : config_(config),
+    : PagedProposer(config, settings.resolved(config)),
       weights_(std::move(weights)),
-      settings_(settings.resolved(config)),
-      table_(settings_.pool_pages, settings_.kv_page_size, settings_.uncapped ? 0 : settings_.ctx_cap,
-             settings_.page_order_seed),
-      block_g_(clamp_block_width(settings_.gamma, settings_.gamma)),
       cache_(static_cast<size_t>(settings_.pool_pages) * settings_.kv_page_size * config.hidden_size, 0.0f) {
   if (weights_->fc.shape != std::vector<int64_t>{config.hidden_size, config.ctx_feature_dim()} ||
       weights_->embed_tokens.shape != std::vector<int64_t>{config.vocab_size, config.hidden_size} ||
@@ -29,27 +25,11 @@ std::vector<std::pair<std::string, std::string>> ToyProposer::describe() const {
 }
 
 std::vector<ProposeOutput> ToyProposer::propose(const std::vector<ProposeInput>& batch, bool /*want_taps*/) {
-  if (batch.empty()) throw bad_input("toy: a propose needs at least one sequence");
-  if (static_cast<int>(batch.size()) > settings_.max_batch) {
-    throw bad_input("toy: batch of " + std::to_string(batch.size()) + " sequences exceeds max_batch " +
-                    std::to_string(settings_.max_batch));
-  }
-  const int64_t features = config_.ctx_feature_dim();
-  std::vector<ContextRequest> requests;
-  for (const ProposeInput& input : batch) {
-    if (input.ctx == nullptr || input.ctx->shape.size() != 2 || input.ctx->shape[1] != features) {
-      throw bad_input("toy: sequence " + std::to_string(input.seq) + ": ctx must be [C, " + std::to_string(features) + "]");
-    }
-    if (input.anchor < 0 || input.anchor >= config_.vocab_size) {
-      throw bad_input("toy: sequence " + std::to_string(input.seq) + ": anchor " + std::to_string(input.anchor) +
-                      " outside the vocabulary");
-    }
-    requests.push_back({input.seq, input.start, input.ctx->shape[0]});
-  }
-  const std::vector<ContextAdmission> admissions = table_.admit(requests);  // atomic
+  const std::vector<ContextAdmission> admissions = admit_context(batch);  // validated, atomic
 
   // Project the admitted rows into their slots: x[k] = sum_j F[j] fc[k, j] / features.
   const int hidden = config_.hidden_size;
+  const int64_t features = config_.ctx_feature_dim();
   for (size_t b = 0; b < batch.size(); ++b) {
     const ContextAdmission& a = admissions[b];
     for (size_t r = 0; r < a.slots.size(); ++r) {

@@ -10,38 +10,25 @@
 #include <vector>
 
 #include "core/kv_pages.h"
+#include "core/paged_proposer.h"
 #include "core/proposer.h"
 #include "core/weights.h"
 
 namespace dflash::prop {
 
-class ToyProposer : public DraftProposer {
+class ToyProposer : public PagedProposer {
  public:
   ToyProposer(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
               const HeadSettings& settings);
 
   std::string name() const override { return "toy"; }
-  const DrafterConfig& config() const override { return config_; }
-  const HeadSettings& settings() const override { return settings_; }
-  void add_sequence(int seq) override { table_.add(seq); }
-  void release_sequence(int seq) override { table_.release(seq); }
-  void set_block_g(int g) override { block_g_ = clamp_block_width(g, settings_.gamma); }
-  int block_g() const override { return block_g_; }
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
-  std::vector<int> sequences() const override { return table_.sequences(); }
-  SequenceView sequence_view(int seq) const override { return table_.view(seq); }
-  std::vector<int64_t> window_slots(int seq) const override { return table_.window_slots(seq); }
-  PoolView pool_view() const override { return table_.pool(); }
   std::vector<std::pair<std::string, std::string>> describe() const override;
 
  private:
   ProposeOutput propose_one(const ProposeInput& input) const;
 
-  DrafterConfig config_;
   std::shared_ptr<const DrafterWeights> weights_;
-  HeadSettings settings_;
-  KvPageTable table_;
-  int block_g_;
   std::vector<float> cache_;  // [num_pages · page_size, H]: the projected context row of each slot
 };
 
