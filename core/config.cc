@@ -308,7 +308,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   const std::string act = top.string("hidden_act", "silu");
   if (act != "silu") throw bad_input(top.where("hidden_act") + " is '" + act + "'; only silu is supported; refusing");
 
-  // Sliding-window attention is not implemented; refusing beats running it as full attention.
+  // v1 has no sliding-window attention (drafter.md §1): refuse rather than run it as full attention.
   if (top.boolean("use_sliding_window", false)) {
     throw bad_input(
         top.where("use_sliding_window") + " is true" +
