@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/support/harness_error.h"
 #include "core/error.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_drafter.h"
@@ -13,17 +14,7 @@
 namespace dflash {
 namespace {
 
-template <typename F>
-std::string bad_input_message(F&& f) {
-  try {
-    f();
-  } catch (const HarnessError& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kBadInput)) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
+using testing::harness_error_message;
 
 TEST(KernelPlan, DefaultsAndEveryLever) {
   const KernelPlan d = resolve_kernel_plan({}, 128);
@@ -119,10 +110,10 @@ TEST(GemmSplitK, SplitCountIsAFunctionOfTheWeightShape) {
 }
 
 TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
-  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"gemmm", "mma"}}, 64); }).find("gemmm"), std::string::npos);
-  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"gemm", "fast"}}, 64); }).find("gemm=fast"), std::string::npos);
-  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"attention", "flash"}}, 64); }).find("flash"), std::string::npos);
-  EXPECT_NE(bad_input_message([] { resolve_kernel_plan({{"swiglu", "maybe"}}, 64); }).find("swiglu"), std::string::npos);
+  EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"gemmm", "mma"}}, 64); }).find("gemmm"), std::string::npos);
+  EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"gemm", "fast"}}, 64); }).find("gemm=fast"), std::string::npos);
+  EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"attention", "flash"}}, 64); }).find("flash"), std::string::npos);
+  EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"swiglu", "maybe"}}, 64); }).find("swiglu"), std::string::npos);
 }
 
 TEST(AttentionDispatch, EachHeadDimGetsTheKernelBuiltForIt) {
@@ -133,11 +124,11 @@ TEST(AttentionDispatch, EachHeadDimGetsTheKernelBuiltForIt) {
   }
   for (int d : {12, 16, 32, 96, 250}) {
     EXPECT_EQ(choose_attention_kernel("auto", d).kernel, AttentionKernel::kGeneric) << d;
-    EXPECT_NE(bad_input_message([d] { choose_attention_kernel("tuned", d); }).find("head_dim " + std::to_string(d)),
+    EXPECT_NE(harness_error_message([d] { choose_attention_kernel("tuned", d); }).find("head_dim " + std::to_string(d)),
               std::string::npos);
   }
   for (int d : {0, 15, 258, 512}) {
-    EXPECT_NE(bad_input_message([d] { choose_attention_kernel("auto", d); }).find("head_dim " + std::to_string(d)),
+    EXPECT_NE(harness_error_message([d] { choose_attention_kernel("auto", d); }).find("head_dim " + std::to_string(d)),
               std::string::npos);
   }
 }
@@ -148,13 +139,9 @@ TEST(AttentionDispatch, AKernelBuiltForOneHeadDimRefusesToRunAnother) {
   const AttentionChoice d256 = choose_attention_kernel("tuned", 256);
   AttentionArgs args;
   args.head_dim = 128;
-  try {
-    launch_attention(d256, args, nullptr);
-    ADD_FAILURE() << "a d256 kernel accepted head_dim 128";
-  } catch (const HarnessError& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kInternal));
-    EXPECT_NE(std::string(e.what()).find("built for head_dim 256"), std::string::npos) << e.what();
-  }
+  testing::expect_mentions(
+      harness_error_message([&] { launch_attention(d256, args, nullptr); }, ErrorKind::kInternal),
+      "built for head_dim 256");
 }
 
 class EnvironmentTest : public ::testing::Test {
@@ -195,7 +182,7 @@ TEST_F(EnvironmentTest, MalformedValuesAreRefusedNamingTheVariable) {
                                                      {"DFLASH_CUDA_PRECISION", "fp32"}};
   for (const auto& [name, value] : bad) {
     setenv(name, value, 1);
-    EXPECT_NE(bad_input_message([] { CudaOptions{}.with_environment(); }).find(name), std::string::npos) << value;
+    EXPECT_NE(harness_error_message([] { CudaOptions{}.with_environment(); }).find(name), std::string::npos) << value;
     unsetenv(name);
   }
 }
@@ -210,12 +197,8 @@ TEST(CudaDevice, WithoutAUsableDeviceTheDrafterIsUnsupported) {
   config.target_hidden_size = 64;
   HeadSettings settings;
   settings.precision = Precision::kFp8;
-  try {
-    make_cuda_drafter(config, std::make_shared<DrafterWeights>(), settings, CudaOptions{});
-    ADD_FAILURE() << "constructed without a device";
-  } catch (const HarnessError& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kUnsupported)) << e.what();
-  }
+  harness_error_message([&] { make_cuda_drafter(config, std::make_shared<DrafterWeights>(), settings, CudaOptions{}); },
+                        ErrorKind::kUnsupported);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/harness_error.h"
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/weights.h"
@@ -84,16 +85,7 @@ inline DrafterWeights make_weights(const DrafterConfig& c) {
 }
 
 // Runs `body`, which must throw HarnessError of kind kBadInput whose message holds `expected`.
-#define EXPECT_BAD_INPUT(body, expected)                                         \
-  do {                                                                           \
-    try {                                                                        \
-      body;                                                                      \
-      ADD_FAILURE() << "no error; expected one containing: " << (expected);      \
-    } catch (const ::dflash::HarnessError& e) {                                  \
-      EXPECT_EQ(e.kind(), ::dflash::ErrorKind::kBadInput) << e.what();           \
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)         \
-          << "message: " << e.what() << "\nexpected to contain: " << (expected); \
-    }                                                                            \
-  } while (0)
+#define EXPECT_BAD_INPUT(body, expected) \
+  ::dflash::testing::expect_mentions(::dflash::testing::harness_error_message([&] { body; }), (expected))
 
 }  // namespace dflash::testing
