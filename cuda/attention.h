@@ -3,11 +3,12 @@
 // GQA, scores scaled by d^-1/2, fp32 softmax, output stored bf16 [rows, nh·d].
 //
 // Kernels, chosen in ONE place (choose_attention_kernel):
-//  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks (one CTA per chunk, kv head,
-//    group of 16 query rows and sequence), then a combine kernel. The instantiation's compiled
-//    head_dim is part of the choice and checked against the config, so a kernel built for one
-//    head_dim cannot run on another.
-//  - generic: the same kernel with head_dim a runtime value (any even d <= 256).
+//  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks on tensor cores (one CTA per chunk,
+//    kv head and sequence), then a combine kernel. The instantiation's compiled head_dim is part of
+//    the choice and checked against the config, so a kernel built for one head_dim cannot run on
+//    another.
+//  - generic: split-KV on CUDA cores (one CTA per chunk, kv head, group of 16 query rows and
+//    sequence), head_dim a runtime value (any even d <= 256); same partial format and combine.
 //  - simple: one CTA per (row, head), all scores in shared memory, for bisecting.
 // All of them reduce in a fixed order: same inputs, same bits, whatever the other sequences.
 #pragma once
@@ -65,7 +66,8 @@ size_t attention_simple_smem_bytes(int64_t max_keys);
 // The most dynamic shared memory a kernel of the current device may use.
 size_t attention_simple_max_smem_bytes();
 
-void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream);
+// pdl: launch with programmatic dependent launch (cuda/launch.cuh; every kernel here waits first).
+void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false);
 
 // Sets the kernels' shared-memory limits and loads them, so that nothing happens for the first
 // time inside a graph capture.

@@ -101,6 +101,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                  std::to_string(prop.multiProcessorCount) + " SMs)";
+  sm_count_ = prop.multiProcessorCount;
 
   const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
   max_window_ = settings_.uncapped ? pool_slots : std::min<int64_t>(settings_.ctx_cap, pool_slots);
@@ -155,6 +156,9 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     }
   }
   gemm_ctx_.stream = stream_;
+  gemm_ctx_.mma_columns = plan_.gemm_columns;
+  gemm_ctx_.sm_count = sm_count_;
+  gemm_ctx_.mma_pipeline = plan_.gemm_pipeline;
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);

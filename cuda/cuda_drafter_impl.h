@@ -68,7 +68,8 @@ class CudaDrafter final : public PagedProposer {
   void upload_step(const std::vector<ProposeInput>& batch);
   void run_block_forward(int batch, int block_width, TapSink* taps);
   void enqueue_block_forward(int batch, int block_width, TapSink* taps);
-  void enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+  // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
+  void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue);
 
   std::shared_ptr<const DrafterWeights> host_weights_;
@@ -86,6 +87,7 @@ class CudaDrafter final : public PagedProposer {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer<uint8_t> lt_workspace_;
   DeviceBuffer<float> gemm_raw_;
+  int sm_count_ = 0;
   GemmContext gemm_ctx_;
 
   DeviceDrafterWeights weights_;

@@ -43,9 +43,11 @@ struct CudaDrafter::TapSink {
   }
 };
 
-void CudaDrafter::enqueue_gemm(GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                               const GemmEpilogue& epilogue) {
-  gemm(kernel, gemm_ctx_, a, lda, m, w, epilogue);
+void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m,
+                               const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  GemmContext ctx = gemm_ctx_;
+  ctx.pdl = pdl;
+  gemm(kernel, ctx, a, lda, m, w, epilogue);
 }
 
 std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>& batch, bool want_taps) {
@@ -129,7 +131,7 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
     GemmEpilogue fc_out;
     fc_out.out = xc_f32_.get();
     fc_out.ld_out = h;
-    enqueue_gemm(plan_.ctx_kernel(n, fc.format), d_ctx_.get(), ld_ctx_, n, fc, fc_out);
+    enqueue_gemm(false, plan_.ctx_kernel(n, fc.format), d_ctx_.get(), ld_ctx_, n, fc, fc_out);
     RmsNormArgs norm;
     norm.in = xc_f32_.get();
     norm.ld_in = h;
@@ -157,7 +159,7 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
       GemmEpilogue kv_out;
       kv_out.out = kv_out_.get();
       kv_out.ld_out = 2 * kv_dim;
-      enqueue_gemm(plan_.ctx_kernel(n, kv.format), xc_.get(), ld_hidden_, n, kv, kv_out);
+      enqueue_gemm(false, plan_.ctx_kernel(n, kv.format), xc_.get(), ld_hidden_, n, kv, kv_out);
       QkNormRopeArgs rope;
       rope.src = kv_out_.get();
       rope.ld_src = 2 * kv_dim;
@@ -262,6 +264,9 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   const int64_t draft_rows = static_cast<int64_t>(batch) * (width - 1);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const GemmKernel kernel = plan_.block_gemm;
+  // Every kernel after the first (the embedding, which follows the host's uploads) may start early;
+  // taps synchronize between stages, so they gain nothing from it.
+  const bool pdl = plan_.pdl && taps == nullptr;
 
   RmsNormArgs norm;
   norm.in = h_.get();
@@ -286,14 +291,14 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
       if (taps) taps->capture("embed", h_.get(), false, width, h, h);
     } else {
-      launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+      launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
     }
     if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
 
     GemmEpilogue qkv_out;
     qkv_out.out = qkv_out_.get();
     qkv_out.ld_out = q_dim + 2 * kv_dim;
-    enqueue_gemm(kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+    enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -316,7 +321,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     rope.v_out = v_block_.get();
     rope.ld_kv = kv_dim;
     rope.rows = rows;
-    launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_);
+    launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl);
     if (taps) {
       taps->capture(p + "q", q_.get(), true, width, q_dim, q_dim);
       taps->capture(p + "k", k_block_.get(), true, width, kv_dim, kv_dim);
@@ -347,7 +352,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
     att.ld_out = ld_q_;
-    launch_attention(plan_.attention, att, stream_);
+    launch_attention(plan_.attention, att, stream_, pdl);
     if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
 
     GemmEpilogue o_out;
@@ -357,12 +362,12 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       o_out.out = o_out_.get();
       o_out.ld_out = h;
     }
-    enqueue_gemm(kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
+    enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
     if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
 
     norm.weight = layer.post_norm.get();
     norm.out = y_.get();
-    launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+    launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
     if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
 
     GemmEpilogue gate_up;
@@ -373,8 +378,8 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       gate_up.out = gate_up_out_.get();
       gate_up.ld_out = 2 * inter;
     }
-    enqueue_gemm(kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
-    if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_);
+    enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
+    if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl);
 
     GemmEpilogue down;
     down.residual = h_.get();
@@ -383,7 +388,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       down.out = mlp_out_.get();
       down.ld_out = h;
     }
-    enqueue_gemm(kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
+    enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
     if (taps) {
       taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
       taps->capture(p + "out", h_.get(), false, width, h, h);
@@ -395,7 +400,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   norm.out = hf_.get();
   norm.draft_out = hf_draft_.get();
   norm.block_width = width;
-  launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+  launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
   GemmEpilogue logits;
@@ -406,11 +411,12 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     logits.argmax_index = argmax_index_.get();
     logits.ld_argmax = argmax_blocks(vocab);
   }
-  enqueue_gemm(kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
+  enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
   if (plan_.argmax_fused) {
-    launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(), stream_);
+    launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(), stream_,
+                         pdl);
   } else {
-    launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_);
+    launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl);
   }
 }
 

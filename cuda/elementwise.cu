@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/gemm_epilogue.cuh"
+#include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
@@ -43,6 +44,8 @@ __device__ __forceinline__ void store_normalized(const RmsNormArgs& a, int64_t r
 
 // One CTA per row.
 __global__ void rmsnorm_kernel(RmsNormArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float scratch[kRowThreads / 32];
   const int64_t row = blockIdx.x;
   const float* x = a.in + row * a.ld_in;
@@ -54,6 +57,8 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
 
 // One thread per row, plain loops.
 __global__ void rmsnorm_simple_kernel(RmsNormArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= a.rows) return;
   const float* x = a.in + row * a.ld_in;
@@ -68,10 +73,100 @@ __device__ __forceinline__ int token_of(const EmbedArgs& e, int64_t row, int blo
 }
 
 __global__ void embed_kernel(EmbedArgs e, int64_t cols, int block_width) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = reinterpret_cast<const __nv_bfloat16*>(e.embed_tokens) +
                              static_cast<int64_t>(token_of(e, row, block_width)) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) e.h[row * cols + c] = __bfloat162float(src[c]);
+}
+
+// The tuned RMSNorm: one CTA of 512 threads per row, the row held in registers as float4 (one
+// round of independent loads, then the sum, then the stores), so a 16-row block costs one memory
+// round trip instead of a loop of dependent ones. kEmbed: the row is first gathered from the bf16
+// embedding table and also stored to h (layer 0), one launch instead of two. Per row the order of
+// the sum is fixed (each thread's float4s in order, xor tree, warps in order): batch invariant.
+constexpr int kNormThreads = 512;
+constexpr int kNormMaxVecs = 8;  // float4 per thread: rows of up to 16384 columns
+
+template <bool kEmbed>
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_vec_kernel(RmsNormArgs a, EmbedArgs e) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ float scratch[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int vecs = static_cast<int>(a.cols / 4);
+  float4 x[kNormMaxVecs];
+  if constexpr (kEmbed) {
+    const uint2* src = reinterpret_cast<const uint2*>(e.embed_tokens + static_cast<int64_t>(token_of(e, row, a.block_width)) * a.cols);
+    float4* h = reinterpret_cast<float4*>(e.h + row * a.cols);
+#pragma unroll
+    for (int i = 0; i < kNormMaxVecs; ++i) {
+      const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
+      if (v < vecs) {
+        const uint2 bits = src[v];
+        x[i] = make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
+                           __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+        h[v] = x[i];
+      }
+    }
+  } else {
+    const float4* in = reinterpret_cast<const float4*>(a.in + row * a.ld_in);
+#pragma unroll
+    for (int i = 0; i < kNormMaxVecs; ++i) {
+      const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
+      if (v < vecs) x[i] = in[v];
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecs; ++i) {
+    if (i * kNormThreads + static_cast<int>(threadIdx.x) < vecs) {
+      ss = fmaf(x[i].x, x[i].x, ss);
+      ss = fmaf(x[i].y, x[i].y, ss);
+      ss = fmaf(x[i].z, x[i].z, ss);
+      ss = fmaf(x[i].w, x[i].w, ss);
+    }
+  }
+  const float r = inverse_rms(block_sum(ss, scratch), a.cols, a.eps);
+  const float4* weight = reinterpret_cast<const float4*>(a.weight);
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + row * a.ld_out;
+  __nv_bfloat16* draft = nullptr;
+  if (a.draft_out != nullptr && row % a.block_width >= 1) {
+    const int64_t draft_row = row / a.block_width * (a.block_width - 1) + (row % a.block_width - 1);
+    draft = reinterpret_cast<__nv_bfloat16*>(a.draft_out) + draft_row * a.ld_out;
+  }
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecs; ++i) {
+    const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
+    if (v < vecs) {
+      const float4 w = weight[v];
+      __nv_bfloat162 lo, hi;
+      lo.x = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].x, r), w.x));
+      lo.y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].y, r), w.y));
+      hi.x = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].z, r), w.z));
+      hi.y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].w, r), w.w));
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(out)[v] = packed;
+      if (draft != nullptr) reinterpret_cast<uint2*>(draft)[v] = packed;
+    }
+  }
+}
+
+// The vectorized kernel's preconditions: whole float4s, aligned rows, and a row that fits the
+// registers. Otherwise the one-CTA-per-row loop kernel runs (same math, another sum order).
+bool rmsnorm_vec_fits(const RmsNormArgs& a, const EmbedArgs* e) {
+  auto aligned = [](const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; };
+  bool ok = a.cols % 4 == 0 && a.cols <= static_cast<int64_t>(4) * kNormThreads * kNormMaxVecs && a.ld_out % 4 == 0 &&
+            aligned(a.weight, 16) && aligned(a.out, 8) && (a.draft_out == nullptr || aligned(a.draft_out, 8));
+  if (e != nullptr) {
+    ok = ok && aligned(e->embed_tokens, 8) && aligned(e->h, 16);
+  } else {
+    ok = ok && a.ld_in % 4 == 0 && aligned(a.in, 16);
+  }
+  return ok;
 }
 
 // --- q/k norm + RoPE -------------------------------------------------------------------------
@@ -124,6 +219,8 @@ constexpr int kHeadWarps = 4;
 
 // One warp per (row, head).
 __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const int slot = blockIdx.y * kHeadWarps + (threadIdx.x >> 5);
   if (slot >= total_head_tasks(a)) return;
@@ -152,6 +249,8 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
 
 // One thread per (row, head), plain loops.
 __global__ void qk_norm_rope_simple_kernel(QkNormRopeArgs a, int tasks) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= a.rows * tasks) return;
   const int64_t row = id / tasks;
@@ -178,6 +277,8 @@ __global__ void qk_norm_rope_simple_kernel(QkNormRopeArgs a, int tasks) {
 
 __global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t intermediate, __nv_bfloat16* act,
                               int64_t ld_act) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= rows * intermediate) return;
   const int64_t row = id / intermediate, i = id % intermediate;
@@ -188,8 +289,8 @@ __global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t interm
 // One CTA per row: each thread keeps its best candidate, then a fixed tree picks the winner
 // (the order is total, so the tree shape cannot change it).
 __device__ void block_argmax_store(float best, int best_index, int32_t* out) {
-  __shared__ float values[kRowThreads / 32];
-  __shared__ int indices[kRowThreads / 32];
+  __shared__ float values[32];  // up to 1024 threads
+  __shared__ int indices[32];
   warp_argmax(best, best_index);
   const int warp = threadIdx.x >> 5;
   if ((threadIdx.x & 31) == 0) {
@@ -210,10 +311,17 @@ __device__ void block_argmax_store(float best, int best_index, int32_t* out) {
   }
 }
 
-__global__ void argmax_reduce_kernel(const float* values, const int32_t* indices, int64_t blocks, int32_t* tokens) {
+// 1024 threads per row and the loop unrolled, so a row's few thousand partials arrive in a couple of
+// memory round trips (the order of comparisons cannot change a winner under a total order).
+constexpr int kArgmaxReduceThreads = 1024;
+__global__ void __launch_bounds__(kArgmaxReduceThreads)
+    argmax_reduce_kernel(const float* values, const int32_t* indices, int64_t blocks, int32_t* tokens) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   float best = -INFINITY;
   int best_index = INT_MAX;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < blocks; i += blockDim.x) {
     const float v = values[row * blocks + i];
     const int idx = indices[row * blocks + i];
@@ -226,6 +334,8 @@ __global__ void argmax_reduce_kernel(const float* values, const int32_t* indices
 }
 
 __global__ void argmax_rows_kernel(const float* logits, int64_t cols, int32_t* tokens) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   float best = -INFINITY;
   int best_index = INT_MAX;
@@ -243,64 +353,72 @@ __global__ void probe_kernel(int* out) { *out = 1; }
 
 }  // namespace
 
-void launch_rmsnorm(RowKernel kernel, const RmsNormArgs& args, cudaStream_t stream) {
+void launch_rmsnorm(RowKernel kernel, const RmsNormArgs& args, cudaStream_t stream, bool pdl) {
   if (args.rows < 1) return;
+  const unsigned rows = static_cast<unsigned>(args.rows);
   if (kernel == RowKernel::kSimple) {
-    rmsnorm_simple_kernel<<<static_cast<unsigned>((args.rows + 63) / 64), 64, 0, stream>>>(args);
-    DFLASH_CUDA_CHECK_LAUNCH("rmsnorm_simple_kernel");
+    launch_kernel("rmsnorm_simple_kernel", rmsnorm_simple_kernel, dim3((rows + 63) / 64), dim3(64), 0, stream, pdl, args);
+  } else if (rmsnorm_vec_fits(args, nullptr)) {
+    launch_kernel("rmsnorm_vec_kernel", rmsnorm_vec_kernel<false>, dim3(rows), dim3(kNormThreads), 0, stream, pdl, args,
+                  EmbedArgs{});
   } else {
-    rmsnorm_kernel<<<static_cast<unsigned>(args.rows), kRowThreads, 0, stream>>>(args);
-    DFLASH_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+    launch_kernel("rmsnorm_kernel", rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, stream, pdl, args);
   }
 }
 
 void launch_embed_rmsnorm(RowKernel kernel, const EmbedArgs& embed, const RmsNormArgs& norm, cudaStream_t stream) {
   if (norm.rows < 1) return;
-  embed_kernel<<<static_cast<unsigned>(norm.rows), kRowThreads, 0, stream>>>(embed, norm.cols, norm.block_width);
-  DFLASH_CUDA_CHECK_LAUNCH("embed_kernel");
-  launch_rmsnorm(kernel, norm, stream);
+  const unsigned rows = static_cast<unsigned>(norm.rows);
+  if (kernel == RowKernel::kTuned && rmsnorm_vec_fits(norm, &embed)) {
+    launch_kernel("rmsnorm_vec_kernel (embedding)", rmsnorm_vec_kernel<true>, dim3(rows), dim3(kNormThreads), 0, stream,
+                  false, norm, embed);
+    return;
+  }
+  launch_kernel("embed_kernel", embed_kernel, dim3(rows), dim3(kRowThreads), 0, stream, false, embed, norm.cols,
+                norm.block_width);
+  launch_rmsnorm(kernel, norm, stream, false);
 }
 
-void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStream_t stream) {
+void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStream_t stream, bool pdl) {
   if (args.rows < 1) return;
   const int tasks = (args.q_col >= 0 ? args.num_heads : 0) + 2 * args.num_kv_heads;
   if (kernel == RowKernel::kSimple) {
     const int64_t threads = args.rows * tasks;
-    qk_norm_rope_simple_kernel<<<static_cast<unsigned>((threads + 127) / 128), 128, 0, stream>>>(args, tasks);
-    DFLASH_CUDA_CHECK_LAUNCH("qk_norm_rope_simple_kernel");
+    launch_kernel("qk_norm_rope_simple_kernel", qk_norm_rope_simple_kernel, dim3(static_cast<unsigned>((threads + 127) / 128)),
+                  dim3(128), 0, stream, pdl, args, tasks);
   } else {
     const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>((tasks + kHeadWarps - 1) / kHeadWarps));
-    qk_norm_rope_kernel<<<grid, kHeadWarps * 32, 0, stream>>>(args);
-    DFLASH_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+    launch_kernel("qk_norm_rope_kernel", qk_norm_rope_kernel, grid, dim3(kHeadWarps * 32), 0, stream, pdl, args);
   }
 }
 
 void launch_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, uint16_t* act, int64_t ld_act,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool pdl) {
   const int64_t total = rows * intermediate;
   if (total < 1) return;
-  swiglu_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-      gate_up, rows, intermediate, reinterpret_cast<__nv_bfloat16*>(act), ld_act);
-  DFLASH_CUDA_CHECK_LAUNCH("swiglu_kernel");
+  launch_kernel("swiglu_kernel", swiglu_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0, stream, pdl,
+                gate_up, rows, intermediate, reinterpret_cast<__nv_bfloat16*>(act), ld_act);
 }
 
 void launch_argmax_reduce(const float* values, const int32_t* indices, int64_t rows, int64_t blocks, int32_t* tokens,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool pdl) {
   if (rows < 1) return;
-  argmax_reduce_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(values, indices, blocks, tokens);
-  DFLASH_CUDA_CHECK_LAUNCH("argmax_reduce_kernel");
+  launch_kernel("argmax_reduce_kernel", argmax_reduce_kernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxReduceThreads),
+                0, stream, pdl, values, indices, blocks, tokens);
 }
 
-void launch_argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* tokens, cudaStream_t stream) {
+void launch_argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* tokens, cudaStream_t stream, bool pdl) {
   if (rows < 1) return;
-  argmax_rows_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(logits, cols, tokens);
-  DFLASH_CUDA_CHECK_LAUNCH("argmax_rows_kernel");
+  launch_kernel("argmax_rows_kernel", argmax_rows_kernel, dim3(static_cast<unsigned>(rows)), dim3(kRowThreads), 0, stream,
+                pdl, logits, cols, tokens);
 }
 
 void prepare_row_kernels() {
   cudaFuncAttributes a;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, rmsnorm_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, rmsnorm_simple_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, rmsnorm_vec_kernel<false>));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, rmsnorm_vec_kernel<true>));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, embed_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, qk_norm_rope_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, qk_norm_rope_simple_kernel));

@@ -25,7 +25,9 @@ struct RmsNormArgs {
   int block_width = 0;
   int64_t rows = 0;
 };
-void launch_rmsnorm(RowKernel kernel, const RmsNormArgs& args, cudaStream_t stream);
+// pdl: launch with programmatic dependent launch (cuda/launch.cuh); every kernel here waits for the
+// previous kernel before it touches memory, so the flag is safe wherever a kernel precedes it.
+void launch_rmsnorm(RowKernel kernel, const RmsNormArgs& args, cudaStream_t stream, bool pdl = false);
 
 // h[r] = embed_tokens[token(r)] (fp32 from bf16), then the RMSNorm of `norm` on h. token(r) is
 // anchors[r / B] for the first row of each block, mask_token_id otherwise.
@@ -60,17 +62,18 @@ struct QkNormRopeArgs {
   const int64_t* slots = nullptr;  // [rows] destination row of K/V, or null for row r
   int64_t rows = 0;
 };
-void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStream_t stream);
+void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStream_t stream, bool pdl = false);
 
 // act[r, i] = bf16(silu(gu[r, 2i]) · gu[r, 2i+1]) (gate and up interleaved).
 void launch_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, uint16_t* act, int64_t ld_act,
-                   cudaStream_t stream);
+                   cudaStream_t stream, bool pdl = false);
 
 // tokens[r] = the column of the best partial (NaN first, then largest, then lowest index).
 void launch_argmax_reduce(const float* values, const int32_t* indices, int64_t rows, int64_t blocks, int32_t* tokens,
-                          cudaStream_t stream);
+                          cudaStream_t stream, bool pdl = false);
 // tokens[r] = argmax of logits[r, 0..cols) under the same order, scanning the logits.
-void launch_argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* tokens, cudaStream_t stream);
+void launch_argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* tokens, cudaStream_t stream,
+                        bool pdl = false);
 
 // Loads the kernels of this file, so that nothing loads for the first time inside a graph capture.
 void prepare_row_kernels();

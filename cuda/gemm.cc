@@ -59,7 +59,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
   if (m < 1) throw internal_error("gemm: m must be >= 1");
   // One split: literally the mma kernel, so that wide GEMMs give mma's bits under either lever.
   if (kernel == GemmKernel::kMma || (kernel == GemmKernel::kMmaSplitK && gemm_split_count(w.n, w.k_pad) == 1)) {
-    launch_gemm_mma(ctx.stream, a, lda, m, w, epilogue);
+    launch_gemm_mma(ctx, a, lda, m, w, epilogue);
     return;
   }
   if (kernel == GemmKernel::kMmaSplitK) {
@@ -67,7 +67,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
       throw internal_error("gemm mma-splitk: no partial-sum scratch for " + std::to_string(w.n) + "x" +
                            std::to_string(w.k_pad) + " (GemmContext::raw)");
     }
-    launch_gemm_mma_splitk(ctx.stream, a, lda, m, w, epilogue, ctx.raw, ctx.raw_capacity);
+    launch_gemm_mma_splitk(ctx, a, lda, m, w, epilogue, ctx.raw, ctx.raw_capacity);
     return;
   }
   // A plain fp32 store with nothing to apply can take the library's result directly.

@@ -60,6 +60,12 @@ struct GemmEpilogue {
 };
 
 enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
+
+// How the kMma kernel streams operands at m <= 16 (same work split and reduction order, so the same
+// bits): kRing moves weight and activation tiles through a per-warp cp.async ring in shared
+// memory; kDeep moves only the weights through a deeper ring and loads the activations straight
+// into registers one k-tile ahead.
+enum class GemmPipeline { kRing, kDeep };
 const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
@@ -71,7 +77,17 @@ struct GemmContext {
   size_t lt_workspace_bytes = 0;
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
+  int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64 or 128 columns; 0 = by shape (gemm_mma_columns)
+  int sm_count = 0;     // the device's SMs, for mma_columns = 0
+  GemmPipeline mma_pipeline = GemmPipeline::kDeep;  // kMma at m <= 16
+  bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
+
+// The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16; at m <= 16 the
+// requested width (32 / 64 / 128, clamped to 64 for bf16 weights), or with requested = 0 the width
+// of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The
+// width never changes any element's reduction order (bits are equal).
+int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
 
 // kMmaSplitK: the number of K splits for an [n, k_pad] weight (1 = the plain mma kernel). A
 // function of the weight's shape only, so every output element is reduced in the same order
@@ -97,11 +113,11 @@ void prepare_gemm_kernels();
 void prepare_gemm_fallback_kernels();
 
 // Internal launchers (gemm.cc dispatches to them).
-void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      const GemmEpilogue& epilogue);
 // kMmaSplitK with splits > 1: partials [splits][rows][n] in `partials` (capacity floats), then the
 // ordered sum and the epilogue; m is run in row chunks when the capacity is short of m rows.
-void launch_gemm_mma_splitk(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+void launch_gemm_mma_splitk(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                             const GemmEpilogue& epilogue, float* partials, size_t capacity);
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,

@@ -1,7 +1,9 @@
 // The weight-only tensor-core GEMM (GemmKernel::kMma) for the drafter's small and medium m.
 //
-// Work split. A CTA of 8 warps owns 32 output columns (4 n-tiles of 8) and MT·16 rows (MT = 1 for
-// m <= 16, 4 above). Its warps split K: warp w reduces the 64-column k-tiles w, w + 8, w + 16, ...
+// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 by default, 64 or
+// 128 for wide weights at m <= 16, so that each activation k-tile fetched from L2 feeds more weight
+// bytes) and MT·16 rows (MT = 1 for m <= 16, 4 above). The column count changes which CTA computes
+// an element, never the order of its sum. Its warps split K: warp w reduces the 64-column k-tiles w, w + 8, w + 16, ...
 // in that order (interleaved, so that the 8 warps of a CTA read 512 contiguous bytes of each
 // weight row at a time), and the 8 partial sums are added in shared memory in warp order. The
 // split depends on K only and every accumulator sees its k-tiles and mma steps in the same order
@@ -24,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -32,29 +35,31 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_epilogue.cuh"
+#include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kNTiles = 4;              // n-tiles of 8 columns per CTA
-constexpr int kColumns = kNTiles * 8;   // 32 columns per CTA
+constexpr int kColumns = 32;            // columns of the split-K second pass's warp (and the epilogue's)
 constexpr int kKTile = 64;              // k per pipeline stage (4 mma k-steps of 16)
-constexpr int kReduceStride = kColumns + 1;  // padded row of the split-K reduction buffer
 constexpr int kARowBytes = kKTile * 2 + 16;  // one activation row of a stage, padded (no bank conflicts)
 
-// Shared-memory layout of one warp's pipeline, per weight format and MT.
-template <bool kFp8, int MT>
+// Shared-memory layout of one warp's pipeline, per weight format, MT and NT.
+template <bool kFp8, int MT, int NT>
 struct Stages {
   static constexpr int kWeightRowBytes = kFp8 ? kKTile : kKTile * 2 + 16;  // bf16 rows padded
-  static constexpr int kWeightBytes = kNTiles * 8 * kWeightRowBytes;
+  static constexpr int kWeightBytes = NT * 8 * kWeightRowBytes;
   static constexpr int kActivationBytes = MT * 16 * kARowBytes;
   static constexpr int kStageBytes = kWeightBytes + kActivationBytes;
-  static constexpr int kCount = MT == 1 ? (kFp8 ? 3 : 2) : 2;  // S
+  static constexpr int kCount = MT == 1 && NT == 4 && kFp8 ? 3 : 2;  // S
   static constexpr size_t kSmem = static_cast<size_t>(kWarps) * kCount * kStageBytes;
+  static constexpr int kReduceStride = NT * 8 + 1;  // padded row of the cross-warp reduction buffer
   static constexpr size_t kReduceSmem = static_cast<size_t>(kWarps) * MT * 16 * kReduceStride * sizeof(float);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
+  // Two CTAs per SM while their shared memory fits (MT = 1 up to 64 columns).
+  static constexpr int kMinBlocks = 2 * (kTotalSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
@@ -72,15 +77,23 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// Two E4M3 codes (bytes 0 and 1 of x after the permute) to bf16x2 (low half = first code), exactly.
+// Two E4M3 codes of `codes` (bytes 0 and 1 for selector 0x9180, bytes 2 and 3 for 0xB3A2) to
+// bf16x2 (low half = first code), exactly. prmt copies each code into a 16-bit half with its sign
+// bit replicated above it (the 8 in a selector nibble); shifted left by 4 and masked, a half is
+// sign << 15 | magnitude << 4 (the bits spilled from the low half into the high one are masked
+// off), which as bf16 is the code's value times 2^-120 (subnormal codes become bf16 subnormals);
+// one bf16 multiply by 2^120 restores it exactly. 4 instructions per pair.
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t codes, uint32_t selector) {
-  const uint32_t t = __byte_perm(codes, 0, selector);  // [c_lo, 0, c_hi, 0]
-  const uint32_t shifted = ((t & 0x007f007fu) << 4) | ((t & 0x00800080u) << 8);
+  uint32_t t;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(t) : "r"(codes), "r"(selector));
+  const uint32_t shifted = (t << 4) & 0x87f087f0u;
   __nv_bfloat162 v;
   *reinterpret_cast<uint32_t*>(&v) = shifted;
   const __nv_bfloat162 r = __hmul2(v, __floats2bfloat162_rn(0x1p120f, 0x1p120f));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
+constexpr uint32_t kCodes01 = 0x9180u;  // bytes 0, 1 of a word, each with its sign replicated
+constexpr uint32_t kCodes23 = 0xB3A2u;  // bytes 2, 3
 
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
@@ -104,19 +117,113 @@ struct MmaParams {
   float* partials;
 };
 
-// kPartials = false is the kMma kernel: the whole K per CTA, epilogue in place. kPartials = true is
-// the split-K variant; everything but the k-tile range and the final store is the same code.
-template <bool kFp8, int MT, bool kPartials>
-__global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(MmaParams p) {
-  using L = Stages<kFp8, MT>;
+// One k-tile of one 16-row m-tile: acc[nt] += A(16 × 64) · W(NT·8 × 64)ᵀ. `a` holds this thread's
+// activations (rows g and g+8, elements 16t..16t+15 of the k-tile), `weights` the stage's NT·8
+// weight rows of `row_bytes` each. Per n-tile its weight fragment, then the 4 mma k-steps in order:
+// each accumulator sees the same sequence of steps whatever NT or the pipeline is.
+template <bool kFp8, int NT>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[NT][4], const uint4 (&a)[2][2], const uint8_t* weights,
+                                           int row_bytes, int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    uint4 b[kFp8 ? 1 : 2];
+    const uint8_t* row = weights + (nt * 8 + g) * row_bytes;
+    if constexpr (kFp8) {
+      b[0] = *reinterpret_cast<const uint4*>(row + 16 * t);
+    } else {
+      b[0] = *reinterpret_cast<const uint4*>(row + 32 * t);
+      b[1] = *reinterpret_cast<const uint4*>(row + 32 * t + 16);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t a0 = word_of(a[0][(2 * j) / 4], (2 * j) % 4);
+      const uint32_t a1 = word_of(a[1][(2 * j) / 4], (2 * j) % 4);
+      const uint32_t a2 = word_of(a[0][(2 * j + 1) / 4], (2 * j + 1) % 4);
+      const uint32_t a3 = word_of(a[1][(2 * j + 1) / 4], (2 * j + 1) % 4);
+      uint32_t b0, b1;
+      if constexpr (kFp8) {
+        const uint32_t codes = word_of(b[0], j);  // bytes 4j .. 4j+3
+        b0 = e4m3x2_to_bf16x2(codes, kCodes01);
+        b1 = e4m3x2_to_bf16x2(codes, kCodes23);
+      } else {
+        b0 = word_of(b[(2 * j) / 4], (2 * j) % 4);  // elements 4j, 4j+1 of 16
+        b1 = word_of(b[(2 * j + 1) / 4], (2 * j + 1) % 4);
+      }
+      mma_bf16_16816(acc[nt], a0, a1, a2, a3, b0, b1);
+    }
+  }
+}
+
+// Copies k-tile kt of the CTA's NT·8 weight rows (from n0) into `stage` (rows of `row_bytes`;
+// rows past n are zero-filled). `w_base` already points at the CTA's first k-tile.
+template <bool kFp8, int NT>
+__device__ __forceinline__ void issue_weight_tile(uint8_t* stage, int row_bytes, const uint8_t* w_base,
+                                                  int64_t ldw_bytes, int64_t n0, int64_t n, int kt, int lane) {
   constexpr int kTileBytes = kFp8 ? kKTile : 2 * kKTile;  // bytes of one weight row per k-tile
   constexpr int kPieces = kTileBytes / 16;               // 16-byte pieces of it
+#pragma unroll
+  for (int i = 0; i < NT * 8 * kPieces / 32; ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / kPieces, piece = c % kPieces;  // row = nt·8 + g'
+    const bool valid = n0 + row < n;
+    const uint8_t* src = w_base + (valid ? n0 + row : 0) * ldw_bytes + static_cast<int64_t>(kt) * kTileBytes + piece * 16;
+    cp_async_16(stage + row * row_bytes + piece * 16, src, valid);
+  }
+}
+
+// The 8 warps' partial sums added in warp order through shared memory (`smem`, free again after a
+// __syncthreads), then one warp per (row, 32-column block) runs the epilogue (SwiGLU pairs and
+// argmax blocks keep the 32-column layout) or stores split-K partials.
+template <int MT, int NT, bool kPartials>
+__device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], uint8_t* smem, const MmaParams& p,
+                                                       int64_t m0, int64_t n0) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  float* reduce_buffer = reinterpret_cast<float*>(smem);  // [kWarps][MT·16][kStride]
+  constexpr int kStride = NT * 8 + 1;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = mt * 16 + g + (e >= 2 ? 8 : 0);
+        const int c = nt * 8 + 2 * t + (e & 1);
+        reduce_buffer[(warp * MT * 16 + r) * kStride + c] = acc[mt][nt][e];
+      }
+  __syncthreads();
+  constexpr int kColumnBlocks = NT * 8 / kColumns;
+  for (int item = warp; item < MT * 16 * kColumnBlocks; item += kWarps) {
+    const int r = item / kColumnBlocks, c = (item % kColumnBlocks) * kColumns + lane;
+    // A wide CTA's last column blocks may lie wholly past n: nothing of theirs may be stored (an
+    // argmax partial there would land in the next row's first slot). Uniform per warp.
+    if (n0 + c - lane >= p.epilogue.n) continue;
+    float v = reduce_buffer[r * kStride + c];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, reduce_buffer[(w * MT * 16 + r) * kStride + c]);
+    if constexpr (kPartials) {
+      const int64_t row = m0 + r, col = n0 + c;
+      if (row < p.m && col < p.epilogue.n) {
+        p.partials[(static_cast<int64_t>(blockIdx.z) * p.m + row) * p.epilogue.n + col] = v;
+      }
+    } else {
+      epilogue_warp(p.epilogue, m0 + r, n0 + c - lane, v);
+    }
+  }
+}
+
+// kPartials = false is the kMma kernel: the whole K per CTA, epilogue in place. kPartials = true is
+// the split-K variant; everything but the k-tile range and the final store is the same code.
+template <bool kFp8, int MT, int NT, bool kPartials>
+__global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) gemm_mma_kernel(MmaParams p) {
+  using L = Stages<kFp8, MT, NT>;
+  constexpr int kTileBytes = kFp8 ? kKTile : 2 * kKTile;  // bytes of one weight row per k-tile
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * MT * 16;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kColumns;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT * 8;
   // Split-K: this CTA's k-tiles are [z·split_tiles, z·split_tiles + k_tiles) of the whole K; the
   // weight and activation bases move to the first of them, so k-tile kt below is relative to it
   // (for kMma: kt_first = 0, the whole K).
@@ -133,19 +240,14 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
   const int tiles = warp < k_tiles ? (k_tiles - warp + kWarps - 1) / kWarps : 0;
   uint8_t* ring = smem + static_cast<size_t>(warp) * L::kCount * L::kStageBytes;
 
-  // Copies k-tile kt into stage `stage` of this warp's ring (rows past n or m are zero-filled).
-  auto issue = [&](int kt, int stage) {
-    uint8_t* st = ring + stage * L::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kNTiles * 8 * kPieces / 32; ++i) {
-      const int c = lane + 32 * i;
-      const int row = c / kPieces, piece = c % kPieces;  // row = nt·8 + g'
-      const int64_t n = n0 + row;
-      const bool valid = n < p.epilogue.n;
-      const uint8_t* src = w_base + (valid ? n : 0) * p.ldw_bytes + static_cast<int64_t>(kt) * kTileBytes + piece * 16;
-      cp_async_16(st + row * L::kWeightRowBytes + piece * 16, src, valid);
-    }
-    uint8_t* act = st + L::kWeightBytes;
+  // Copies k-tile kt of the weights / the activations into stage `stage` of this warp's ring (rows
+  // past n or m are zero-filled).
+  auto issue_weights = [&](int kt, int stage) {
+    issue_weight_tile<kFp8, NT>(ring + stage * L::kStageBytes, L::kWeightRowBytes, w_base, p.ldw_bytes, n0, p.epilogue.n,
+                                kt, lane);
+  };
+  auto issue_activations = [&](int kt, int stage) {
+    uint8_t* act = ring + stage * L::kStageBytes + L::kWeightBytes;
 #pragma unroll
     for (int i = 0; i < MT * 16 * 8 / 32; ++i) {
       const int c = lane + 32 * i;
@@ -157,37 +259,38 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
     }
   };
 
-  float acc[MT][kNTiles][4];
+  float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
+  // The weights do not depend on earlier kernels: the first stages' weights stream in before the
+  // PDL wait (launch.cuh), overlapping the previous kernel's tail; the activations after it. Group
+  // 0 then holds every prologue weight tile and stage 0's activations, group s stage s's
+  // activations, so "group i complete" still implies "stage i complete".
 #pragma unroll
   for (int s = 0; s < L::kCount - 1; ++s) {
-    if (s < tiles) issue(warp + kWarps * s, s);
+    if (s < tiles) issue_weights(warp + kWarps * s, s);
+  }
+  pdl_wait();
+#pragma unroll
+  for (int s = 0; s < L::kCount - 1; ++s) {
+    if (s < tiles) issue_activations(warp + kWarps * s, s);
     cp_async_commit();
   }
   for (int i = 0; i < tiles; ++i) {
     cp_async_wait<L::kCount - 2>();  // stage i has landed
     __syncwarp();                    // ... for every lane, and stage i-1 is no longer read
-    if (i + L::kCount - 1 < tiles) issue(warp + kWarps * (i + L::kCount - 1), (i + L::kCount - 1) % L::kCount);
+    if (i + L::kCount - 1 < tiles) {
+      issue_weights(warp + kWarps * (i + L::kCount - 1), (i + L::kCount - 1) % L::kCount);
+      issue_activations(warp + kWarps * (i + L::kCount - 1), (i + L::kCount - 1) % L::kCount);
+    }
     cp_async_commit();
     const uint8_t* st = ring + (i % L::kCount) * L::kStageBytes;
 
-    uint4 b[kNTiles][kFp8 ? 1 : 2];
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const uint8_t* row = st + (nt * 8 + g) * L::kWeightRowBytes;
-      if constexpr (kFp8) {
-        b[nt][0] = *reinterpret_cast<const uint4*>(row + 16 * t);
-      } else {
-        b[nt][0] = *reinterpret_cast<const uint4*>(row + 32 * t);
-        b[nt][1] = *reinterpret_cast<const uint4*>(row + 32 * t + 16);
-      }
-    }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       uint4 a[2][2];  // [row g / g+8][k 0-7 / 8-15 of the thread's 16]
@@ -197,57 +300,107 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
         a[h][0] = *reinterpret_cast<const uint4*>(row);
         a[h][1] = *reinterpret_cast<const uint4*>(row + 16);
       }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t a0 = word_of(a[0][(2 * j) / 4], (2 * j) % 4);
-        const uint32_t a1 = word_of(a[1][(2 * j) / 4], (2 * j) % 4);
-        const uint32_t a2 = word_of(a[0][(2 * j + 1) / 4], (2 * j + 1) % 4);
-        const uint32_t a3 = word_of(a[1][(2 * j + 1) / 4], (2 * j + 1) % 4);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          uint32_t b0, b1;
-          if constexpr (kFp8) {
-            const uint32_t codes = word_of(b[nt][0], j);  // bytes 4j .. 4j+3
-            b0 = e4m3x2_to_bf16x2(codes, 0x4140);
-            b1 = e4m3x2_to_bf16x2(codes, 0x4342);
-          } else {
-            b0 = word_of(b[nt][(2 * j) / 4], (2 * j) % 4);  // elements 4j, 4j+1 of 16
-            b1 = word_of(b[nt][(2 * j + 1) / 4], (2 * j + 1) % 4);
-          }
-          mma_bf16_16816(acc[mt][nt], a0, a1, a2, a3, b0, b1);
-        }
-      }
+      mma_k_tile<kFp8, NT>(acc[mt], a, st, L::kWeightRowBytes, g, t);
     }
   }
+  // The next kernel may be scheduled from here on: triggered at the start, it would take SM slots
+  // as this kernel's CTAs drain, wherever they free first, and skew its own CTAs across the SMs.
+  pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
+  reduce_warps_and_store<MT, NT, kPartials>(acc, smem, p, m0, n0);
+}
 
-  // Split-K reduction over the warps, in warp order.
-  float* reduce_buffer = reinterpret_cast<float*>(smem);  // [kWarps][MT·16][kReduceStride]
+// The "deep" pipeline for m <= 16 (GemmContext::mma_pipeline = kDeep): the same work split, k-tile
+// order and reduction as gemm_mma_kernel<kFp8, 1, NT> (so the same bits), but only the weights go
+// through shared memory, in a ring of DeepStages::kCount stages per warp, and each thread loads its
+// activation fragments for the next k-tile straight into registers (L2 hits). With no activation
+// tiles in the ring, the same shared memory holds two to three times the weight bytes in flight.
+template <bool kFp8, int NT>
+struct DeepStages {
+  static constexpr int kWeightRowBytes = kFp8 ? kKTile : kKTile * 2 + 16;  // bf16 rows padded
+  static constexpr int kStageBytes = NT * 8 * kWeightRowBytes;
+  static constexpr int kCtaStage = kWarps * kStageBytes;
+  // Two CTAs per SM when each can still keep >= 3 stages (2 in flight), else one with more.
+  static constexpr int kMinBlocks = (110 * 1024) / kCtaStage >= 3 ? 2 : 1;
+  static constexpr int kBudget = kMinBlocks == 2 ? 110 * 1024 : 220 * 1024;
+  static constexpr int kFit = kBudget / kCtaStage;
+  static constexpr int kCount = kFit > 8 ? 8 : (kFit < 2 ? 2 : kFit);
+  static constexpr size_t kSmem = static_cast<size_t>(kCtaStage) * kCount;
+  static constexpr size_t kReduceSmem = static_cast<size_t>(kWarps) * 16 * (NT * 8 + 1) * sizeof(float);
+  static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
+};
+
+template <bool kFp8, int NT>
+__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
+  using L = DeepStages<kFp8, NT>;
+  constexpr int S = L::kCount;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT * 8;
+  const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
+  uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
+  // This thread's activation rows g and g + 8 (null past m: their fragments stay zero).
+  const uint16_t* rows[2];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int h = 0; h < 2; ++h) rows[h] = m0 + g + 8 * h < p.m ? p.a + (m0 + g + 8 * h) * p.lda + 16 * t : nullptr;
+  auto load_activations = [&](uint4 (&a)[2][2], int kt) {
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = mt * 16 + g + (e >= 2 ? 8 : 0);
-        const int c = nt * 8 + 2 * t + (e & 1);
-        reduce_buffer[(warp * MT * 16 + r) * kReduceStride + c] = acc[mt][nt][e];
+    for (int h = 0; h < 2; ++h) {
+      if (rows[h] != nullptr) {
+        const uint4* src = reinterpret_cast<const uint4*>(rows[h] + static_cast<int64_t>(kt) * kKTile);
+        a[h][0] = src[0];
+        a[h][1] = src[1];
+      } else {
+        a[h][0] = a[h][1] = make_uint4(0u, 0u, 0u, 0u);
       }
-  __syncthreads();
-  for (int r = warp; r < MT * 16; r += kWarps) {
-    float v = reduce_buffer[r * kReduceStride + lane];
+    }
+  };
+  auto issue_weights = [&](int i) {  // this warp's i-th k-tile into stage i % S
+    issue_weight_tile<kFp8, NT>(ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, p.w, p.ldw_bytes, n0, p.epilogue.n,
+                                warp + kWarps * i, lane);
+  };
+
+  float acc[1][NT][4];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, reduce_buffer[(w * MT * 16 + r) * kReduceStride + lane]);
-    if constexpr (kPartials) {
-      const int64_t row = m0 + r, col = n0 + lane;
-      if (row < p.m && col < p.epilogue.n) {
-        p.partials[(static_cast<int64_t>(blockIdx.z) * p.m + row) * p.epilogue.n + col] = v;
-      }
-    } else {
-      epilogue_warp(p.epilogue, m0 + r, n0, v);
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][nt][e] = 0.0f;
+
+  // Weights first (they depend on no earlier kernel: before the PDL wait), one commit group per
+  // stage, so "all but the newest S-2 groups complete" means "stage i complete".
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < tiles) issue_weights(s);
+    cp_async_commit();
+  }
+  pdl_wait();
+  // The next k-tile's activations are loaded at the top of each iteration and land while this
+  // one waits for its weights and computes. (Loading 2-3 tiles ahead in an unrolled register ring
+  // was measured 2-10 % slower on an H200, docs/benchmarks.md.)
+  uint4 a_now[2][2], a_next[2][2];
+  if (tiles > 0) load_activations(a_now, warp);
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) load_activations(a_next, warp + kWarps * (i + 1));
+    cp_async_wait<S - 2>();  // stage i has landed
+    __syncwarp();            // ... for every lane, and stage i-1 is no longer read
+    if (i + S - 1 < tiles) issue_weights(i + S - 1);
+    cp_async_commit();
+    mma_k_tile<kFp8, NT>(acc[0], a_now, ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, g, t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      a_now[h][0] = a_next[h][0];
+      a_now[h][1] = a_next[h][1];
     }
   }
+  // The next kernel may be scheduled from here on: triggered at the start, it would take SM slots
+  // as this kernel's CTAs drain, wherever they free first, and skew its own CTAs across the SMs.
+  pdl_launch_dependents();
+  cp_async_wait<0>();
+  __syncthreads();  // the rings become the reduction buffer
+  reduce_warps_and_store<1, NT, false>(acc, smem, p, m0, n0);
 }
 
 // Split-K second pass: one warp per (row, 32-column block) adds the splits' partials in split
@@ -255,6 +408,8 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1) gemm_mma_kernel(Mma
 // SwiGLU pairs and argmax blocks line up identically).
 __global__ void __launch_bounds__(kThreads) gemm_splitk_reduce_kernel(const float* partials, int splits,
                                                                      EpilogueArgs e) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t col_blocks = (e.n + kColumns - 1) / kColumns;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (item >= e.m * col_blocks) return;  // uniform per warp: the epilogue's shuffles see full warps
@@ -273,34 +428,66 @@ __global__ void __launch_bounds__(kThreads) gemm_splitk_reduce_kernel(const floa
 
 // Once per instantiation and process, before its first launch (never inside a graph capture when
 // prepare_gemm_kernels() ran at construction).
-template <bool kFp8, int MT, bool kPartials = false>
+template <bool kFp8, int MT, int NT, bool kPartials = false>
 void prepare() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT, kPartials>,
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT, NT, kPartials>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(Stages<kFp8, MT>::kTotalSmem)));
+                                           static_cast<int>(Stages<kFp8, MT, NT>::kTotalSmem)));
   });
 }
 
 // splits = 1 and kPartials = false: the kMma launch.
-template <bool kFp8, int MT, bool kPartials = false>
-void launch(cudaStream_t stream, const MmaParams& params, int64_t m, int64_t n, int splits = 1) {
-  prepare<kFp8, MT, kPartials>();
+template <bool kFp8, int MT, int NT, bool kPartials = false>
+void launch(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, int64_t n, int splits = 1) {
+  prepare<kFp8, MT, NT, kPartials>();
   const int64_t m_blocks = (m + MT * 16 - 1) / (MT * 16);
-  const int64_t n_blocks = (n + kColumns - 1) / kColumns;
+  const int64_t n_blocks = (n + NT * 8 - 1) / (NT * 8);
   if (m_blocks > 0x7fffffff || n_blocks > 65535 || splits < 1 || splits > 65535) {
     throw internal_error("gemm mma: grid too large (m " + std::to_string(m) + ", n " + std::to_string(n) +
                          ", splits " + std::to_string(splits) + ")");
   }
   // m-blocks vary fastest, so the CTAs that read the same weights run together (L2 reuse).
-  gemm_mma_kernel<kFp8, MT, kPartials>
-      <<<dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits)),
-         kThreads, Stages<kFp8, MT>::kTotalSmem, stream>>>(params);
-  if constexpr (kPartials) {
-    DFLASH_CUDA_CHECK_LAUNCH("gemm_mma_kernel (split-K partials)");
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits));
+  launch_kernel(kPartials ? "gemm_mma_kernel (split-K partials)" : "gemm_mma_kernel", gemm_mma_kernel<kFp8, MT, NT, kPartials>,
+                grid, dim3(kThreads), Stages<kFp8, MT, NT>::kTotalSmem, stream, pdl, params);
+}
+
+template <bool kFp8, int NT>
+void prepare_deep() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(DeepStages<kFp8, NT>::kTotalSmem)));
+  });
+}
+
+template <bool kFp8, int NT>
+void launch_deep(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t n) {
+  prepare_deep<kFp8, NT>();
+  const int64_t n_blocks = (n + NT * 8 - 1) / (NT * 8);
+  if (n_blocks > 65535) throw internal_error("gemm mma: grid too large (n " + std::to_string(n) + ")");
+  launch_kernel("gemm_mma_deep_kernel", gemm_mma_deep_kernel<kFp8, NT>, dim3(1, static_cast<unsigned>(n_blocks), 1),
+                dim3(kThreads), DeepStages<kFp8, NT>::kTotalSmem, stream, pdl, params);
+}
+
+// The m <= 16 launch with the CTA width of `columns` (32, 64 or 128; bf16 weights at most 64) and
+// the chosen pipeline.
+template <bool kFp8>
+void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, bool pdl, const MmaParams& params,
+                    int64_t m, int64_t n) {
+  const bool deep = pipeline == GemmPipeline::kDeep;
+  if constexpr (kFp8) {
+    if (columns == 128) {
+      if (deep) launch_deep<kFp8, 16>(stream, pdl, params, n); else launch<kFp8, 1, 16>(stream, pdl, params, m, n);
+      return;
+    }
+  }
+  if (columns >= 64) {
+    if (deep) launch_deep<kFp8, 8>(stream, pdl, params, n); else launch<kFp8, 1, 8>(stream, pdl, params, m, n);
   } else {
-    DFLASH_CUDA_CHECK_LAUNCH("gemm_mma_kernel");
+    if (deep) launch_deep<kFp8, 4>(stream, pdl, params, n); else launch<kFp8, 1, 4>(stream, pdl, params, m, n);
   }
 }
 
@@ -313,6 +500,28 @@ void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const D
 }
 
 }  // namespace
+
+int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
+  if (m > 16) return 32;
+  const int widest = format == WeightFormat::kE4M3 ? 128 : 64;
+  if (requested > 0) return std::min(requested, widest);
+  // auto, 32 or 64: the SM with the most CTAs sets the time, and it streams (CTAs on it) x (CTA
+  // width) weight rows; take the width with the least, the wider one on a tie (it fetches the
+  // activations from L2 half as often). Measured on an H200 (docs/benchmarks.md): q|k|v 64, o and
+  // down 32, gate|up and lm_head 64. 128 stays a lever: it fits one CTA per SM, and was slower.
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  int best = 32;
+  int64_t best_rows = INT64_MAX;
+  for (int columns : {32, 64}) {
+    const int64_t ctas = (n + columns - 1) / columns;
+    const int64_t rows = (ctas + sms - 1) / sms * columns;
+    if (rows <= best_rows) {
+      best = columns;
+      best_rows = rows;
+    }
+  }
+  return best;
+}
 
 // Enough CTAs for a batch-1 GEMM (one 16-row block) to give each of ~132 SMs about 4 (two waves
 // of the two co-resident MT = 1 CTAs per SM): the weights stream at full bandwidth only with many
@@ -336,17 +545,25 @@ int gemm_split_count(int64_t n, int64_t k_pad) {
 }
 
 void prepare_gemm_kernels() {
-  prepare<true, 1>();
-  prepare<true, 4>();
-  prepare<false, 1>();
-  prepare<false, 4>();
-  prepare<true, 1, true>();
-  prepare<true, 4, true>();
-  prepare<false, 1, true>();
-  prepare<false, 4, true>();
+  prepare<true, 1, 4>();
+  prepare<true, 1, 8>();
+  prepare<true, 1, 16>();
+  prepare<true, 4, 4>();
+  prepare<false, 1, 4>();
+  prepare<false, 1, 8>();
+  prepare<false, 4, 4>();
+  prepare_deep<true, 4>();
+  prepare_deep<true, 8>();
+  prepare_deep<true, 16>();
+  prepare_deep<false, 4>();
+  prepare_deep<false, 8>();
+  prepare<true, 1, 4, true>();
+  prepare<true, 4, 4, true>();
+  prepare<false, 1, 4, true>();
+  prepare<false, 4, 4, true>();
 }
 
-void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      const GemmEpilogue& epilogue) {
   check_mma_operands("gemm mma", a, lda, w);
   MmaParams p;
@@ -360,10 +577,11 @@ void launch_gemm_mma(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_
   p.epilogue = make_epilogue_args(w, m, epilogue);
   p.split_tiles = p.k_tiles;
   p.partials = nullptr;
+  const int columns = gemm_mma_columns(ctx.mma_columns, m, w.n, w.format, ctx.sm_count);
   if (fp8) {
-    if (m <= 16) launch<true, 1>(stream, p, m, w.n); else launch<true, 4>(stream, p, m, w.n);
+    if (m <= 16) launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, p, m, w.n); else launch<true, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   } else {
-    if (m <= 16) launch<false, 1>(stream, p, m, w.n); else launch<false, 4>(stream, p, m, w.n);
+    if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   }
 }
 
@@ -378,8 +596,9 @@ static GemmEpilogue epilogue_rows(const GemmEpilogue& ep, int64_t row0) {
   return r;
 }
 
-void launch_gemm_mma_splitk(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+void launch_gemm_mma_splitk(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                             const GemmEpilogue& epilogue, float* partials, size_t capacity) {
+  cudaStream_t stream = ctx.stream;
   check_mma_operands("gemm mma-splitk", a, lda, w);
   const int splits = gemm_split_count(w.n, w.k_pad);
   const int k_tiles = static_cast<int>(w.k_pad / kKTile);
@@ -414,16 +633,17 @@ void launch_gemm_mma_splitk(cudaStream_t stream, const uint16_t* a, int64_t lda,
     p.epilogue = make_epilogue_args(w, rows, epilogue_rows(epilogue, row0));
     p.split_tiles = split_tiles;
     p.partials = partials;
+    // The partial pass keeps 32-column CTAs: split-K exists to multiply the CTAs of narrow N.
     if (fp8) {
-      if (rows <= 16) launch<true, 1, true>(stream, p, rows, w.n, splits); else launch<true, 4, true>(stream, p, rows, w.n, splits);
+      if (rows <= 16) launch<true, 1, 4, true>(stream, ctx.pdl, p, rows, w.n, splits); else launch<true, 4, 4, true>(stream, ctx.pdl, p, rows, w.n, splits);
     } else {
-      if (rows <= 16) launch<false, 1, true>(stream, p, rows, w.n, splits); else launch<false, 4, true>(stream, p, rows, w.n, splits);
+      if (rows <= 16) launch<false, 1, 4, true>(stream, ctx.pdl, p, rows, w.n, splits); else launch<false, 4, 4, true>(stream, ctx.pdl, p, rows, w.n, splits);
     }
     const int64_t warps = rows * col_blocks;
     const int64_t blocks = (warps + kWarps - 1) / kWarps;
     if (blocks > 0x7fffffff) throw internal_error("gemm mma-splitk: reduce grid too large (m " + std::to_string(m) + ")");
-    gemm_splitk_reduce_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(partials, splits, p.epilogue);
-    DFLASH_CUDA_CHECK_LAUNCH("gemm_splitk_reduce_kernel");
+    launch_kernel("gemm_splitk_reduce_kernel", gemm_splitk_reduce_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                  0, stream, ctx.pdl, static_cast<const float*>(partials), splits, p.epilogue);
   }
 }
 

@@ -61,9 +61,33 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.swiglu_fused = parse_fused(stage, value);
     } else if (stage == "argmax") {
       plan.argmax_fused = parse_fused(stage, value);
+    } else if (stage == "gemm_cols") {
+      if (value == "auto") {
+        plan.gemm_columns = 0;
+      } else if (value == "32" || value == "64" || value == "128") {
+        plan.gemm_columns = std::stoi(value);
+      } else {
+        throw bad_input("CUDA kernels: gemm_cols=" + value + " is not a width (auto, 32, 64, 128)");
+      }
+    } else if (stage == "gemm_pipeline") {
+      if (value == "ring") {
+        plan.gemm_pipeline = GemmPipeline::kRing;
+      } else if (value == "deep" || value == "auto") {
+        plan.gemm_pipeline = GemmPipeline::kDeep;
+      } else {
+        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep)");
+      }
+    } else if (stage == "pdl") {
+      if (value == "on" || value == "auto") {
+        plan.pdl = true;
+      } else if (value == "off") {
+        plan.pdl = false;
+      } else {
+        throw bad_input("CUDA kernels: pdl=" + value + " is not a setting (on, off)");
+      }
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax)");
+                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_pipeline, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -93,6 +117,13 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.qk_norm_rope", plan.qk_norm_rope == RowKernel::kTuned ? "tuned" : "simple");
   d.emplace_back("kernel.swiglu", plan.swiglu_fused ? "fused (gate|up GEMM epilogue)" : "separate");
   d.emplace_back("kernel.argmax", plan.argmax_fused ? "fused (lm_head GEMM epilogue partials)" : "separate");
+  d.emplace_back("kernel.gemm_cols", plan.gemm_columns == 0 ? "auto (m <= 16: 32 or 64 columns per CTA, whichever gives the "
+                                                              "busiest SM the fewest weight rows)"
+                                                            : std::to_string(plan.gemm_columns) + " (m <= 16)");
+  d.emplace_back("kernel.gemm_pipeline", plan.gemm_pipeline == GemmPipeline::kDeep
+                                             ? "deep (m <= 16: weights through a deep shared-memory ring, activations in registers)"
+                                             : "ring (weights and activations through a shared-memory ring)");
+  d.emplace_back("kernel.pdl", plan.pdl ? "on (block forward)" : "off");
   std::string fallbacks;
   for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;
   d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);

@@ -12,6 +12,14 @@
 //   qk_norm_rope  tuned (default), simple
 //   swiglu        fused (default: in the gate|up GEMM's epilogue), separate
 //   argmax        fused (default: partials in the lm_head GEMM's epilogue), separate
+//   gemm_cols     auto (default: by weight shape), 32, 64, 128: the mma kernel's CTA width at
+//                 m <= 16 (bits do not change with it)
+//   gemm_pipeline deep (default), ring: how the mma kernel streams operands at m <= 16 (only the
+//                 weights through a deep shared-memory ring with the activations in registers, or
+//                 weights and activations through a shallower ring; bits do not change with it)
+//   pdl           on (default), off: programmatic dependent launch between the block forward's
+//                 kernels (each next kernel is scheduled early and GEMMs stream weights before
+//                 the previous kernel ends; bits do not change with it)
 #pragma once
 #include <map>
 #include <string>
@@ -35,6 +43,9 @@ struct KernelPlan {
   RowKernel qk_norm_rope = RowKernel::kTuned;
   bool swiglu_fused = true;
   bool argmax_fused = true;
+  int gemm_columns = 0;  // 0: auto
+  GemmPipeline gemm_pipeline = GemmPipeline::kDeep;
+  bool pdl = true;
   std::vector<std::string> fallbacks;  // "stage: wanted -> used (why)"
 
   // Rows above which ctx_gemm=auto hands bf16-weight context GEMMs to cuBLASLt.

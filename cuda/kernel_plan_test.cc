@@ -16,6 +16,24 @@ namespace {
 
 using testing::harness_error_message;
 
+// The mma kernel's CTA width at m <= 16: by shape under auto (wide only for wide weights), clamped
+// to what the format supports when forced, and always 32 above 16 rows (the 64-row tiles).
+TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
+  const WeightFormat e4m3 = WeightFormat::kE4M3, bf16 = WeightFormat::kBf16;
+  // Qwen3-8B on 132 SMs: the busiest SM's weight rows decide (ties go to 64).
+  EXPECT_EQ(gemm_mma_columns(0, 16, 151936, e4m3, 132), 64);  // lm_head: 36 x 32 = 18 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 16, 151936, bf16, 132), 64);
+  EXPECT_EQ(gemm_mma_columns(0, 16, 24576, e4m3, 132), 64);   // gate|up: 6 x 32 = 3 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 1, 6144, e4m3, 132), 64);     // q|k|v: 192 CTAs = 2 x 32, 96 = 1 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 16, 4096, e4m3, 132), 32);    // o, down: 128 CTAs = 1 x 32 < 1 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 16, 4096, e4m3, 16), 64);     // 16 SMs: 8 x 32 = 4 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 17, 151936, e4m3, 132), 32);  // 64-row tiles: always 32
+  EXPECT_EQ(gemm_mma_columns(128, 16, 4096, e4m3, 132), 128);
+  EXPECT_EQ(gemm_mma_columns(128, 16, 4096, bf16, 132), 64);
+  EXPECT_EQ(gemm_mma_columns(32, 16, 151936, e4m3, 132), 32);
+  EXPECT_EQ(gemm_mma_columns(128, 64, 151936, e4m3, 132), 32);
+}
+
 TEST(KernelPlan, DefaultsAndEveryLever) {
   const KernelPlan d = resolve_kernel_plan({}, 128);
   EXPECT_EQ(d.block_gemm, GemmKernel::kMma);
@@ -54,6 +72,29 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   }
   EXPECT_TRUE(described);
   EXPECT_EQ(resolve_kernel_plan({{"gemm", "fp8-small-m"}}, 64).block_gemm, GemmKernel::kMma);
+
+  // gemm_cols and pdl: launch shapes only (bits do not change with them), resolved and described.
+  EXPECT_EQ(d.gemm_columns, 0);
+  EXPECT_TRUE(d.pdl);
+  EXPECT_EQ(d.gemm_pipeline, GemmPipeline::kDeep);
+  const KernelPlan w = resolve_kernel_plan({{"gemm_cols", "128"}, {"pdl", "off"}, {"gemm_pipeline", "ring"}}, 128);
+  EXPECT_EQ(w.gemm_columns, 128);
+  EXPECT_FALSE(w.pdl);
+  EXPECT_EQ(w.gemm_pipeline, GemmPipeline::kRing);
+  int launch_entries = 0;
+  for (const auto& [k, v] : describe_kernel_plan(w, true)) {
+    if (k == "kernel.gemm_cols") launch_entries += v == "128 (m <= 16)";
+    if (k == "kernel.pdl") launch_entries += v == "off";
+    if (k == "kernel.gemm_pipeline") launch_entries += v.rfind("ring", 0) == 0;
+  }
+  EXPECT_EQ(launch_entries, 3);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_pipeline", "wide"}}, 128); }),
+            "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep)");
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_cols", "auto"}}, 128).gemm_columns, 0);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols", "48"}}, 128); }),
+            "CUDA kernels: gemm_cols=48 is not a width (auto, 32, 64, 128)");
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
+            "CUDA kernels: pdl=maybe is not a setting (on, off)");
 
   // The split-K lever, for block and context rows; still our own kernels, so bitwise invariant.
   const KernelPlan s = resolve_kernel_plan({{"gemm", "mma-splitk"}, {"ctx_gemm", "mma-splitk"}}, 128);

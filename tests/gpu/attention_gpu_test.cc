@@ -6,8 +6,25 @@
 // values, off by at most δs = (d + 2)·2^-23·scale·Σ|q·k|; a softmax weight's relative error is then
 // at most 2·δs plus (T + 10)·2^-23 for the exp and the T-term sums; the weighted mean of the values
 // moves by at most that times max|v|; the final bf16 store adds u_bf16 = 2^-8 relative.
+//
+// The tuned kernel (tensor cores) under the same bound, with u = 2^-23 and the GEMM test's model of
+// mma.sync (exact bf16 products; each addend folded into the fp32 accumulator costs at most one
+// truncation, u relative to the running sum of magnitudes):
+//  - score: d addends, the scale product and s - m: at most (d + 1.5)·u·scale·Σ|q·k| <= δs.
+//  - p = hi + mid + lo exactly (bf16 parts of the fp32 p, see cuda/attention.cu), so no rounding of p.
+//  - a chunk's partial O: hi·V accumulates T_c <= 64 nonzero addends (T_c·u); mid·V and lo·V go to
+//    a second accumulator at most 2^-8 of the first (< 0.5u), added once (0.5u): (T_c + 1)·u
+//    relative to the chunk's Σp|v|. Chunk errors are relative to each chunk's own sum, so the merged
+//    numerator carries at most (max_c T_c + 1)·u from them.
+//  - l: per chunk a fixed tree of depth 6 (3u); weights exp(m_c - m) 2.2u (exact 1 when C = 1),
+//    products and the C-term merges in the combine 0.5u·C (0 when C = 1); expf 2u; division 0.5u.
+//  Total for C = 1 chunk: (T + 1 + 2) + (3 + 2) + 0.5 = (T + 8.5)·u <= (T + 10)·u. For C >= 2 chunks:
+//  (64 + 1 + 4.2 + 0.5·C) + (3 + 4.2 + 0.5·C) + 0.5 = (72.9 + C)·u, within (T + 10)·u since T >= 64·(C - 1) + 1,
+//  except for T = 65..68 where it exceeds by at most 0.9u, covered by the bound's factor 1.01.
+//  (The test's windows avoid relying on that: no sequence has 65 to 68 keys.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -25,6 +42,9 @@ namespace {
 struct Case {
   int head_dim, num_heads, num_kv_heads;
   std::string kernel;  // choose_attention_kernel request
+  int width = 5;       // block width B
+  std::vector<int32_t> window_length = {1, 64, 150};  // per sequence (the batch is their count)
+  std::vector<int64_t> window_begin = {0, 37, 1000};
 };
 
 std::vector<uint16_t> random_bits(size_t count, uint64_t seed, float range) {
@@ -41,13 +61,18 @@ DeviceBuffer<T> upload(const std::vector<T>& host) {
 }
 
 void run_case(const Case& c) {
-  const int batch = 3, width = 5, page = 16;
+  const int batch = static_cast<int>(c.window_length.size()), width = c.width, page = 16;
   const int d = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads, group = nh / nkv;
   const int64_t kv_dim = static_cast<int64_t>(nkv) * d, q_dim = static_cast<int64_t>(nh) * d;
-  const std::vector<int64_t> window_begin = {0, 37, 1000};
-  const std::vector<int32_t> window_length = {1, 64, 150};
-  const int64_t max_window = 160;
-  const int max_pages = static_cast<int>(max_window / page + 1);
+  const std::vector<int64_t>& window_begin = c.window_begin;
+  const std::vector<int32_t>& window_length = c.window_length;
+  ASSERT_EQ(window_begin.size(), window_length.size());
+  const int64_t max_window = *std::max_element(window_length.begin(), window_length.end()) + 10;
+  int max_pages = static_cast<int>(max_window / page + 1);
+  for (int b = 0; b < batch; ++b) {  // pages a window starting mid-page spans
+    const int64_t begin = window_begin[static_cast<size_t>(b)], len = window_length[static_cast<size_t>(b)];
+    max_pages = std::max(max_pages, static_cast<int>((begin + len - 1) / page - begin / page + 1));
+  }
   const int max_chunks = static_cast<int>((max_window + width + kAttentionChunk - 1) / kAttentionChunk);
   const int num_pages = batch * max_pages;
 
@@ -182,6 +207,23 @@ TEST(AttentionGpu, TunedKernelsForEveryBuiltHeadDim) {
   run_case({64, 8, 2, "tuned"});
   run_case({128, 8, 2, "tuned"});
   run_case({256, 4, 1, "tuned"});
+}
+
+TEST(AttentionGpu, TunedKernelsLargeGroupAndLongWindows) {
+  DFLASH_REQUIRE_GPU();
+  // nh 16, nkv 2: 8 heads per kv head; block width 16 -> 128 query rows (8 m-tiles: every warp of
+  // the tuned kernel takes two). Windows of several chunks with a partial last chunk: 300 + 16 =
+  // 316 keys (4 full chunks + 60), 113 + 16 = 129 (2 full chunks + 1 key), and 47 + 16 = 63 (one
+  // partial chunk); windows start mid-page.
+  const std::vector<int32_t> lengths = {300, 47, 113};
+  const std::vector<int64_t> begins = {5, 1000, 33};
+  run_case({64, 16, 2, "tuned", 16, lengths, begins});
+  run_case({128, 16, 2, "tuned", 16, lengths, begins});
+  run_case({256, 16, 2, "tuned", 16, lengths, begins});
+  run_case({128, 16, 2, "generic", 16, lengths, begins});
+  // Qwen3-8B's attention geometry: nh 32, nkv 8, d 128, block width 16, window 1024 (17 chunks, the
+  // last one 16 keys), beside a 1-key window and a 500-key one.
+  run_case({128, 32, 8, "tuned", 16, {1024, 1, 500}, {3, 0, 70}});
 }
 
 TEST(AttentionGpu, GenericAndSimpleKernels) {

@@ -341,6 +341,74 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
   }
 }
 
+// The mma kernel's CTA width (32, 64 or 128 columns at m <= 16) and pipeline (ring, deep) change
+// which CTA computes an element and how its operands arrive, never its sum: every epilogue's output
+// must be the same bits in every combination as with the 32-column ring (which the tests above
+// check against the CPU). The shapes leave the last wide CTA partly empty.
+TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
+  const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}};
+  for (const Shape& s : shapes) {
+    for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
+      const Problem p = make_problem(s.n, s.k, format, s.bias, 41 + s.n, stream_);
+      const Tensor a = random_activations(16, s.k, 43);
+      const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(s.k));
+      std::vector<float> residual0(static_cast<size_t>(16 * s.n));
+      for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 5, i, -3.0f, 3.0f);
+      for (int64_t m : {1, 5, 16}) {
+        // All four epilogues at once; returns every output's bits.
+        auto outputs = [&](int columns, GemmPipeline pipeline) {
+          ctx_.mma_columns = columns;
+          ctx_.mma_pipeline = pipeline;
+          DeviceBuffer<float> out(static_cast<size_t>(m * s.n)), residual(static_cast<size_t>(m * s.n)),
+              values(static_cast<size_t>(m * argmax_blocks(s.n)));
+          DeviceBuffer<int32_t> indices(values.size());
+          DeviceBuffer<uint16_t> act(static_cast<size_t>(m * s.n / 2));
+          EXPECT_EQ(cudaSuccess, cudaMemcpy(residual.get(), residual0.data(), residual.bytes(), cudaMemcpyHostToDevice));
+          GemmEpilogue ep;
+          ep.out = out.get();
+          ep.ld_out = s.n;
+          ep.residual = residual.get();
+          ep.ld_residual = s.n;
+          ep.swiglu_out = act.get();
+          ep.ld_swiglu = s.n / 2;
+          ep.argmax_value = values.get();
+          ep.argmax_index = indices.get();
+          ep.ld_argmax = argmax_blocks(s.n);
+          gemm(GemmKernel::kMma, ctx_, da.get(), pad_k(s.k), m, p.device.view(), ep);
+          EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+          std::vector<uint32_t> bits;
+          auto append = [&bits](const void* device, size_t bytes) {
+            std::vector<uint32_t> host((bytes + 3) / 4, 0);
+            EXPECT_EQ(cudaSuccess, cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
+            bits.insert(bits.end(), host.begin(), host.end());
+          };
+          append(out.get(), out.bytes());
+          append(residual.get(), residual.bytes());
+          append(act.get(), act.bytes());
+          append(values.get(), values.bytes());
+          append(indices.get(), indices.bytes());
+          return bits;
+        };
+        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing);
+        for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep}) {
+          for (int columns : {32, 64, 128}) {
+            if (pipeline == GemmPipeline::kRing && columns == 32) continue;
+            const std::vector<uint32_t> wide = outputs(columns, pipeline);
+            ASSERT_EQ(wide.size(), narrow.size());
+            for (size_t i = 0; i < wide.size(); ++i) {
+              ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n << " m=" << m
+                                            << " columns " << columns
+                                            << (pipeline == GemmPipeline::kDeep ? " deep" : " ring") << " word " << i;
+            }
+          }
+        }
+      }
+      ctx_.mma_columns = 0;
+      ctx_.mma_pipeline = GemmContext{}.mma_pipeline;
+    }
+  }
+}
+
 TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
   const int64_t m = 15, n = 2500, k = 128;
   for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {

@@ -1,0 +1,51 @@
+// Kernel launches with optional programmatic dependent launch (PDL, sm_90).
+//
+// With PDL on, a kernel may be scheduled while the kernel before it on the stream is still
+// running; it must call pdl_wait() before it reads anything an earlier kernel wrote, and before it
+// writes anything an earlier kernel may still read. Work that depends on neither (a GEMM streaming
+// its weights into shared memory) runs before the wait and so overlaps the previous kernel's tail.
+// pdl_wait() returns when every earlier kernel of the stream has finished and its writes are
+// visible (transitively: the previous kernel itself waited for its own predecessor before it could
+// finish), and at once when the launch carried no PDL attribute, so kernels call it always and the
+// host decides per launch. pdl_launch_dependents() lets the next kernel be scheduled early; it
+// changes nothing about what that kernel may read (its pdl_wait still waits for this one to finish).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
+
+namespace dflash {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `pdl` is set; the
+// launch is checked and a failure names `what`.
+template <typename... Params, typename... Args>
+void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (status != cudaSuccess) throw_cuda_error(status, what, __FILE__, __LINE__);
+  DFLASH_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dflash
