@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
@@ -70,8 +71,10 @@ int64_t bf16_weight_bytes(const DrafterConfig& c) {
   return 2 * (c.num_layers * per_layer + static_cast<int64_t>(c.vocab_size) * h) + norms;
 }
 
+// profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
+// cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
-                     double bandwidth, int replays) {
+                     double bandwidth, int replays, bool profile_one) {
   HeadSettings settings;
   settings.gamma = 16;
   settings.ctx_cap = 4096;
@@ -91,7 +94,9 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
   cudaEvent_t start, stop;
   DFLASH_CUDA_CHECK(cudaEventCreate(&start));
   DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int64_t context : {int64_t{1024}, int64_t{4096}}) {
+  const std::vector<int64_t> contexts = profile_one ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
+  const std::vector<int> batches = profile_one ? std::vector<int>{1} : std::vector<int>{1, 8, 32};
+  for (int64_t context : contexts) {
     const Tensor ctx = make_random_context(context, width, static_cast<uint64_t>(context));
     std::vector<int> seqs;
     std::vector<ProposeInput> ingest;
@@ -104,7 +109,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
     drafter.propose(ingest, false);  // caches `context` positions for all 32 sequences
     std::printf("  ingested 32 x %lld context rows in %.2f s\n", static_cast<long long>(context),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    for (int batch : {1, 8, 32}) {
+    for (int batch : batches) {
       std::vector<ProposeInput> inputs;
       for (int i = 0; i < batch; ++i) inputs.push_back({seqs[static_cast<size_t>(i)], &empty, context, 200 + i});
       for (int w = 0; w < options.warmup + 2; ++w) {
@@ -125,6 +130,14 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
         float ms = 0;
         DFLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
         times.push_back(ms * 1000.0f);
+      }
+      if (profile_one) {
+        DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        DFLASH_CUDA_CHECK(cudaProfilerStart());
+        drafter.enqueue_last_block_forward();
+        DFLASH_CUDA_CHECK(cudaStreamSynchronize(drafter.stream()));
+        DFLASH_CUDA_CHECK(cudaProfilerStop());
+        std::printf("  profiled one graph replay (batch %d, context %lld)\n", batch, static_cast<long long>(context));
       }
       std::sort(times.begin(), times.end());
       Row row;
@@ -158,6 +171,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--markdown", markdown, "write the result table (markdown) to this file");
   app.add_option("--replays", replays, "timed graph replays per configuration (>= 100)")->check(CLI::Range(100, 100000));
   app.add_option("--precisions", precisions, "comma-separated: fp8, bf16");
+  bool profile_one = false;
+  app.add_flag("--profile-one", profile_one,
+               "only batch 1, context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
+               "(for ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
 
   std::string why;
@@ -182,7 +199,7 @@ int main_impl(int argc, char** argv) {
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, p, bandwidth, replays)) rows.push_back(r);
+    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one)) rows.push_back(r);
   }
 
   char date[32];

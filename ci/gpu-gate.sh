@@ -12,12 +12,15 @@
 #     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     drafter.md §8), the replay of the oracle fixtures through dflash-harness when it was staged,
-#     and the propose benchmark; writes logs, benchmarks.md and summary.txt under DIR (default
+#     the propose benchmark and the GEMM kernel benchmark (gemm_bench); writes logs, benchmarks.md and summary.txt under DIR (default
 #     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant
 #     (a DFLASH_CUDA_KERNELS value, e.g. "gemm=mma-splitk,ctx_gemm=mma-splitk") runs the drafter
 #     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
 #     two kernel choices are compared in the same run. The CUDA properties (RapidCheck, properties
 #     1-8 and 10 on the CUDA drafter, graphs on and off) run in every pass.
+#     --profile adds an ncu run of one timed fp8 forward (batch 1, context 1024; the bench's
+#     --profile-one) with each kernel's time and DRAM bytes, written to ncu.csv, and a detailed ncu
+#     report of one GEMM launch per block-forward shape (ncu-gemm.txt).
 #     Exit 0 when every step passed, 1 otherwise.
 # Example (from the lead's session):
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
@@ -27,6 +30,7 @@ cd "$root"
 
 remote=0
 quick=0
+profile=0
 variants=()
 build_dir=build-cuda
 out_dir=${OUT:-}
@@ -34,6 +38,7 @@ while (($#)); do
   case "$1" in
     --remote) remote=1 ;;
     --quick) quick=1 ;;
+    --profile) profile=1 ;;
     --build-dir) build_dir=$2; shift ;;
     --out) out_dir=$2; shift ;;
     --variant) variants+=("$2"); shift ;;
@@ -49,13 +54,13 @@ if ((remote == 0)); then
   set -e
   [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench)
+  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench gemm_bench)
   grep -q "dflash-harness" "$build_dir/build.ninja" 2>/dev/null && targets+=(dflash-harness)
   ninja -C "$build_dir" -j "$(nproc)" "${targets[@]}"
   rm -rf .gpu && mkdir -p .gpu
   for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
   for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
-  cp "$build_dir/bench/cuda_propose_bench" .gpu/
+  cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
@@ -143,12 +148,50 @@ else
   status=1
 fi
 tail -n 12 "$out_dir/bench.log" >>"$summary"
+if .gpu/gemm_bench >"$out_dir/gemm-bench.log" 2>&1; then
+  note "PASS gemm_bench (gemm-bench.log)"
+else
+  note "FAIL gemm_bench (see gemm-bench.log)"
+  status=1
+fi
+
+if ((profile)); then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu_bin" ]; then
+    note "FAIL profile: no ncu on this machine"
+    status=1
+  elif "$ncu_bin" --profile-from-start off --clock-control none --cache-control none --csv \
+         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+         .gpu/cuda_propose_bench --profile-one --precisions fp8 --replays 100 >"$out_dir/ncu.csv" 2>"$out_dir/ncu.err"; then
+    note "PASS profile: ncu.csv ($(grep -c gpu__time_duration "$out_dir/ncu.csv") kernels)"
+    rm -f "$out_dir/ncu.err"
+    # One GEMM launch per shape in detail: throughput, occupancy, stall reasons, memory traffic.
+    for spec in "q|k|v 32 deep" "down 32 deep" "gate|up 64 deep" "lm_head 128 deep"; do
+      read -r shape columns pipeline <<<"$spec"
+      echo "=== gemm_bench --m 16 --shape $shape --format e4m3 --columns $columns --pipeline $pipeline" >>"$out_dir/ncu-gemm.txt"
+      "$ncu_bin" --clock-control none --cache-control none -k regex:gemm_mma --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis .gpu/gemm_bench --m 16 --shape "$shape" --format e4m3 \
+        --columns "$columns" --pipeline "$pipeline" --reps 1 >>"$out_dir/ncu-gemm.txt" 2>&1 || note "FAIL ncu gemm $spec (see ncu-gemm.txt)"
+    done
+    # The first attention kernel of the timed forward, in the same detail.
+    echo "=== cuda_propose_bench --profile-one: first attention_mma_kernel" >>"$out_dir/ncu-gemm.txt"
+    "$ncu_bin" --profile-from-start off --clock-control none --cache-control none -k regex:attention_mma --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis .gpu/cuda_propose_bench --profile-one --precisions fp8 --replays 100 \
+      >>"$out_dir/ncu-gemm.txt" 2>&1 || note "FAIL ncu attention (see ncu-gemm.txt)"
+  else
+    note "FAIL profile (see ncu.err)"
+    tail -5 "$out_dir/ncu.err" | tee -a "$summary"
+    status=1
+  fi
+fi
 
 for v in "${variants[@]}"; do
   export DFLASH_CUDA_KERNELS="$v"
   note "--- variant DFLASH_CUDA_KERNELS=$v"
   run_pass "[$v] "
-  if .gpu/cuda_propose_bench --precisions fp8 --markdown "$out_dir/benchmarks-variant.md" >"$out_dir/bench-variant.log" 2>&1; then
+  if .gpu/cuda_propose_bench --precisions fp8 >"$out_dir/bench-variant.log" 2>&1; then
     note "PASS [$v] cuda_propose_bench"
   else
     note "FAIL [$v] cuda_propose_bench (see bench-variant.log)"
@@ -157,5 +200,7 @@ for v in "${variants[@]}"; do
   tail -n 8 "$out_dir/bench-variant.log" >>"$summary"
   unset DFLASH_CUDA_KERNELS
 done
+# At most 8 files come back from the device: the replay log only matters when a replay failed.
+grep -q "FAIL .*dflash-harness replay" "$summary" || rm -f "$out_dir/replay.log"
 note "gpu-gate: $( ((status == 0)) && echo PASS || echo FAIL )"
 exit $status

@@ -1,0 +1,201 @@
+// The mma GEMM kernel alone, at the drafter's block-forward shapes (Qwen3-8B-DFlash-b16: q|k|v,
+// o, gate|up, down, lm_head), for each CTA width (32 / 64 / 128 columns at m <= 16) and weight
+// format: the weight bytes each launch must read over its median time, beside the device-to-device
+// copy bandwidth measured in the same run. It says which width to use for which shape
+// (gemm_mma_columns) and how far each GEMM is from streaming its weights at the copy rate.
+//
+// Weights are random E4M3 codes (NaN codes excluded) or bf16 values, cut as windows from one
+// 2 GiB buffer at rotating offsets, so that consecutive launches never find their weights in L2.
+// Each number is the median over 15 repetitions (--reps) of (20 back-to-back launches) / 20.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_drafter.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+
+namespace dflash {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+uint64_t next_random(uint64_t& state) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  return state >> 33;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double copy_bandwidth(uint8_t* a, uint8_t* b, size_t bytes) {
+  cudaEvent_t start, stop;
+  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
+  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < 13; ++i) {
+    DFLASH_CUDA_CHECK(cudaEventRecord(start));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    DFLASH_CUDA_CHECK(cudaEventRecord(stop));
+    DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= 3) ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3);
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"mma GEMM kernel at the drafter's block-forward shapes"};
+  std::vector<int64_t> ms = {16, 64};
+  app.add_option("--m", ms, "rows per launch (default 16 64)");
+  std::string only_shape, only_format;
+  int only_columns = -1, reps = 15;
+  app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
+  app.add_option("--format", only_format, "only this weight format (e4m3, bf16)");
+  std::string only_pipeline;
+  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep)");
+  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 128; 0 = mma-splitk)");
+  app.add_option("--reps", reps, "timed repetitions of 20 launches per row (for a profiler: 1)")->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    std::fprintf(stderr, "gemm_bench: %s\n", why.c_str());
+    return 125;
+  }
+  const std::vector<Shape> shapes = {{"q|k|v", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 24576, 4096},
+                                     {"down", 4096, 12288}, {"lm_head", 151936, 4096}};
+  const size_t pool_bytes = size_t{2} << 30;
+  DeviceBuffer<uint8_t> pool(pool_bytes), scratch(pool_bytes);
+  {
+    std::vector<uint8_t> host(pool_bytes);
+    uint64_t state = 1;
+    for (size_t i = 0; i < host.size(); i += 4) {
+      const uint64_t r = next_random(state);
+      for (int j = 0; j < 4; ++j) {
+        uint8_t code = static_cast<uint8_t>(r >> (8 * j));
+        if ((code & 0x7f) == 0x7f) code &= 0xfe;  // no E4M3 NaN
+        if (j % 2 == 1) code &= 0xbf;  // read as bf16 pairs: exponent below 2^1, finite
+        host[i + j] = code;
+      }
+    }
+    DFLASH_CUDA_CHECK(cudaMemcpy(pool.get(), host.data(), pool_bytes, cudaMemcpyHostToDevice));
+  }
+  const double bandwidth = copy_bandwidth(pool.get(), scratch.get(), size_t{1} << 30);
+  int sm_count = 0;
+  DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  const int64_t max_k = 12288;
+  std::vector<uint16_t> a_host(static_cast<size_t>(max_m * max_k));
+  uint64_t state = 7;
+  for (auto& v : a_host) v = float_to_bf16_bits(static_cast<float>(next_random(state) % 2001) / 1000.0f - 1.0f);
+  DeviceBuffer<uint16_t> a(a_host.size());
+  DFLASH_CUDA_CHECK(cudaMemcpy(a.get(), a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice));
+  DeviceBuffer<float> scale(151936), out(static_cast<size_t>(max_m * 151936));
+  DeviceBuffer<float> partials(static_cast<size_t>(max_m * 6144 * 8));  // split-K partials of the narrow shapes
+  {
+    std::vector<float> ones(151936, 1.0f / 64);
+    DFLASH_CUDA_CHECK(cudaMemcpy(scale.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+  }
+  cudaStream_t stream;
+  DFLASH_CUDA_CHECK(cudaStreamCreate(&stream));
+  prepare_gemm_kernels();
+  cudaEvent_t start, stop;
+  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
+  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", bandwidth / 1e9);
+  std::printf("| shape | n x k | format | m | columns | pipeline | median us | weight GB/s | x copy rate |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (bool fp8 : {true, false}) {
+    if (!only_format.empty() && only_format != (fp8 ? "e4m3" : "bf16")) continue;
+    for (const Shape& s : shapes) {
+      if (!only_shape.empty() && only_shape != s.name) continue;
+      const int64_t element = fp8 ? 1 : 2;
+      const int64_t bytes = s.n * s.k * element;
+      for (int64_t m : ms) {
+        // columns 0: the mma-splitk kernel (32-column CTAs, K split across CTAs, then a reduce).
+        for (int variant = 0; variant < 7; ++variant) {
+          const int columns = variant == 6 ? 0 : 32 << (variant % 3);
+          const GemmPipeline pipeline = variant >= 3 && variant < 6 ? GemmPipeline::kDeep : GemmPipeline::kRing;
+          if (m > 16 && pipeline == GemmPipeline::kDeep) continue;
+          if (!only_pipeline.empty() && only_pipeline != (pipeline == GemmPipeline::kDeep ? "deep" : "ring")) continue;
+          if (m > 16 && columns != 32 && columns != 0) continue;
+          if (!fp8 && columns == 128) continue;
+          const GemmKernel kernel = columns == 0 ? GemmKernel::kMmaSplitK : GemmKernel::kMma;
+          if (columns == 0 && gemm_split_count(s.n, s.k) == 1) continue;
+          if (only_columns >= 0 && columns != only_columns) continue;
+          GemmContext ctx;
+          ctx.stream = stream;
+          ctx.mma_columns = columns;
+          ctx.mma_pipeline = pipeline;
+          ctx.sm_count = sm_count;
+          ctx.raw = partials.get();
+          ctx.raw_capacity = partials.size();
+          GemmEpilogue ep;
+          ep.out = out.get();
+          ep.ld_out = s.n;
+          const int64_t windows = std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
+          auto view_at = [&](int i) {
+            DeviceMatrixView w;
+            w.format = fp8 ? WeightFormat::kE4M3 : WeightFormat::kBf16;
+            w.n = s.n;
+            w.k = s.k;
+            w.k_pad = s.k;
+            w.data = pool.get() + (i % windows) * bytes;
+            w.scale = fp8 ? scale.get() : nullptr;
+            return w;
+          };
+          for (int i = 0; i < 3; ++i) gemm(kernel, ctx, a.get(), max_k, m, view_at(i), ep);
+          std::vector<float> per_launch;
+          int next = 0;
+          for (int rep = 0; rep < reps; ++rep) {
+            DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
+            for (int i = 0; i < 20; ++i) gemm(kernel, ctx, a.get(), max_k, m, view_at(next++), ep);
+            DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
+            DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+            float t = 0;
+            DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+            per_launch.push_back(t * 1000.0f / 20);
+          }
+          const double us = median(per_launch);
+          const double rate = static_cast<double>(bytes) / (us * 1e-6);
+          std::printf("| %s | %lld x %lld | %s | %lld | %s | %s | %.1f | %.0f | %.2f |\n", s.name, static_cast<long long>(s.n),
+                      static_cast<long long>(s.k), fp8 ? "e4m3" : "bf16", static_cast<long long>(m), columns == 0 ? "splitk" : std::to_string(columns).c_str(),
+                      pipeline == GemmPipeline::kDeep ? "deep" : "ring", us, rate / 1e9,
+                      bandwidth / rate);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dflash
+
+int main(int argc, char** argv) {
+  try {
+    return dflash::main_impl(argc, argv);
+  } catch (const dflash::HarnessError& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return dflash::exit_code_for(e.kind());
+  }
+}
