@@ -21,6 +21,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include "bench/copy_bandwidth.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter_impl.h"
@@ -38,30 +39,6 @@ struct Row {
   double median_us = 0, p10_us = 0, p90_us = 0;
   double floor_us = 0, bf16_floor_us = 0;
 };
-
-// Device-to-device copy bandwidth, bytes read + written per second (median of 20 copies of 2 GiB).
-double measure_copy_bandwidth() {
-  const size_t bytes = size_t{2} << 30;
-  DeviceBuffer<uint8_t> a(bytes), b(bytes);
-  DFLASH_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  cudaEvent_t start, stop;
-  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
-  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < 23; ++i) {
-    DFLASH_CUDA_CHECK(cudaEventRecord(start));
-    DFLASH_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
-    DFLASH_CUDA_CHECK(cudaEventRecord(stop));
-    DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 3) ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
-}
 
 // Weight bytes of the block forward with bf16 storage: every projection and lm_head, 2 bytes each.
 int64_t bf16_weight_bytes(const DrafterConfig& c) {
@@ -184,7 +161,7 @@ int main_impl(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double bandwidth = measure_copy_bandwidth();
+  const double bandwidth = measure_copy_bandwidth(size_t{2} << 30, 20);  // 2 GiB, median of 20
   std::printf("device %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
               bandwidth / 1e9);
   const DrafterGeometry g = qwen3_8b_geometry();

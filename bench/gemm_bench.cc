@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 
+#include "bench/copy_bandwidth.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
@@ -40,25 +41,6 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-double copy_bandwidth(uint8_t* a, uint8_t* b, size_t bytes) {
-  cudaEvent_t start, stop;
-  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
-  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < 13; ++i) {
-    DFLASH_CUDA_CHECK(cudaEventRecord(start));
-    DFLASH_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    DFLASH_CUDA_CHECK(cudaEventRecord(stop));
-    DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 3) ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3);
-}
-
 int main_impl(int argc, char** argv) {
   CLI::App app{"mma GEMM kernel at the drafter's block-forward shapes"};
   std::vector<int64_t> ms = {16, 64};
@@ -80,7 +62,7 @@ int main_impl(int argc, char** argv) {
   const std::vector<Shape> shapes = {{"q|k|v", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 24576, 4096},
                                      {"down", 4096, 12288}, {"lm_head", 151936, 4096}};
   const size_t pool_bytes = size_t{2} << 30;
-  DeviceBuffer<uint8_t> pool(pool_bytes), scratch(pool_bytes);
+  DeviceBuffer<uint8_t> pool(pool_bytes);
   {
     std::vector<uint8_t> host(pool_bytes);
     uint64_t state = 1;
@@ -95,7 +77,7 @@ int main_impl(int argc, char** argv) {
     }
     DFLASH_CUDA_CHECK(cudaMemcpy(pool.get(), host.data(), pool_bytes, cudaMemcpyHostToDevice));
   }
-  const double bandwidth = copy_bandwidth(pool.get(), scratch.get(), size_t{1} << 30);
+  const double bandwidth = measure_copy_bandwidth(size_t{1} << 30);
   int sm_count = 0;
   DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());

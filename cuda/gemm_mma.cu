@@ -1,18 +1,19 @@
 // The weight-only tensor-core GEMM (GemmKernel::kMma) for the drafter's small and medium m.
 //
-// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 by default, 64 or
-// 128 for wide weights at m <= 16, so that each activation k-tile fetched from L2 feeds more weight
-// bytes) and MT·16 rows (MT = 1 for m <= 16, 4 above). The column count changes which CTA computes
-// an element, never the order of its sum. Its warps split K: warp w reduces the 64-column k-tiles w, w + 8, w + 16, ...
-// in that order (interleaved, so that the 8 warps of a CTA read 512 contiguous bytes of each
-// weight row at a time), and the 8 partial sums are added in shared memory in warp order. The
-// split depends on K only and every accumulator sees its k-tiles and mma steps in the same order
-// for both MT, so each output element is reduced in the same order whatever m is (batch
-// invariance, bit for bit).
+// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 at m > 16; 32, 64 or
+// 128 at m <= 16, gemm_mma_columns) and MT·16 rows (MT = 1 for m <= 16, 4 above). The column count
+// changes which CTA computes an element, never the order of its sum. The warps split K: warp w
+// reduces the 64-column k-tiles w, w + 8, w + 16, ... in that order (interleaved, so that the 8
+// warps of a CTA read 512 contiguous bytes of each weight row at a time), and the 8 partial sums
+// are added in shared memory in warp order. The split depends on K only and every accumulator sees
+// its k-tiles and mma steps in the same order for every MT, NT and pipeline, so each output
+// element is reduced in the same order whatever m is (batch invariance, bit for bit).
 //
-// Streaming. Each warp runs its own cp.async ring of S stages in shared memory (one k-tile of its
-// 4 weight n-tiles and of the MT·16 activation rows per stage), so S-1 k-tiles of weights are in
-// flight while it computes one, without holding them in registers.
+// Streaming (GemmPipeline). kRing (gemm_mma_kernel; every m > 16): each warp runs its own cp.async
+// ring of S stages in shared memory, one k-tile of its weight rows and of the MT·16 activation rows
+// per stage, so S-1 k-tiles are in flight while it computes one. kDeep (gemm_mma_deep_kernel,
+// m <= 16): only the weights go through the ring, which then holds 3-6 stages, and each thread
+// loads its activation fragments for the next k-tile straight into registers.
 //
 // Fragments. mma.sync m16n8k16 (bf16 in, fp32 accumulate). A dot product does not care which
 // physical k feeds which fragment slot as long as A and B agree, so thread (g = lane/4, t = lane%4)
@@ -20,9 +21,9 @@
 // and the matching 16 activations of its rows g and g+8; in mma step j (0..3) the fragment's
 // logical k {2t, 2t+1, 2t+8, 2t+9} is physical k 16t + 4j + {0, 1, 2, 3}.
 //
-// E4M3 → bf16 exactly: the code's 7 magnitude bits are placed at bf16 bit 4 (sign at 15), which is
-// the value times 2^-120 (subnormal codes become bf16 subnormals), then one bf16 multiply by 2^120
-// restores it exactly. The per-row scale is applied in the epilogue.
+// E4M3 → bf16 exactly (e4m3x2_to_bf16x2): the code's 7 magnitude bits are placed at bf16 bit 4
+// (sign at 15), which is the value times 2^-120 (subnormal codes become bf16 subnormals), then one
+// bf16 multiply by 2^120 restores it exactly. The per-row scale is applied in the epilogue.
 #include <cuda_bf16.h>
 
 #include <algorithm>
