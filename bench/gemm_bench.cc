@@ -173,11 +173,4 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace dflash
 
-int main(int argc, char** argv) {
-  try {
-    return dflash::main_impl(argc, argv);
-  } catch (const dflash::HarnessError& e) {
-    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
-    return dflash::exit_code_for(e.kind());
-  }
-}
+int main(int argc, char** argv) { return dflash::run_program("gemm_bench", dflash::main_impl, argc, argv); }

@@ -1,6 +1,7 @@
 // One error type for the whole harness. Every failure says what, where and why; its kind decides
 // the command-line exit code (drafter.md / issue 4: 0 pass, 1 mismatch, 2 bad input, 125 cannot run).
 #pragma once
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -29,5 +30,17 @@ inline HarnessError internal_error(const std::string& message) { return HarnessE
 
 // Exit code a command-line tool returns for an error of this kind.
 inline int exit_code_for(ErrorKind kind) { return kind == ErrorKind::kUnsupported ? 125 : 2; }
+
+// The main() of a small program (benchmarks, timing tools): returns main_impl(argc, argv), or
+// prints a HarnessError as "program: message" and returns its exit code.
+template <typename MainImpl>
+int run_program(const char* program, MainImpl&& main_impl, int argc, char** argv) {
+  try {
+    return main_impl(argc, argv);
+  } catch (const HarnessError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return exit_code_for(e.kind());
+  }
+}
 
 }  // namespace dflash

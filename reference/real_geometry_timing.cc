@@ -65,11 +65,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace dflash
 
-int main(int argc, char** argv) {
-  try {
-    return dflash::run(argc, argv);
-  } catch (const dflash::HarnessError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return dflash::exit_code_for(e.kind());
-  }
-}
+int main(int argc, char** argv) { return dflash::run_program("reference_real_geometry_timing", dflash::run, argc, argv); }
