@@ -47,6 +47,13 @@ constexpr int kColumns = 32;            // columns of the split-K second pass's 
 constexpr int kKTile = 64;              // k per pipeline stage (4 mma k-steps of 16)
 constexpr int kARowBytes = kKTile * 2 + 16;  // one activation row of a stage, padded (no bank conflicts)
 
+// The cross-warp reduction buffer (reduce_warps_and_store): kWarps × MT·16 rows of NT·8 floats,
+// each row padded by one float against bank conflicts.
+constexpr int reduce_stride(int nt) { return nt * 8 + 1; }
+constexpr size_t reduce_smem_bytes(int mt, int nt) {
+  return static_cast<size_t>(kWarps) * mt * 16 * reduce_stride(nt) * sizeof(float);
+}
+
 // Shared-memory layout of one warp's pipeline, per weight format, MT and NT.
 template <bool kFp8, int MT, int NT>
 struct Stages {
@@ -56,8 +63,7 @@ struct Stages {
   static constexpr int kStageBytes = kWeightBytes + kActivationBytes;
   static constexpr int kCount = MT == 1 && NT == 4 && kFp8 ? 3 : 2;  // S
   static constexpr size_t kSmem = static_cast<size_t>(kWarps) * kCount * kStageBytes;
-  static constexpr int kReduceStride = NT * 8 + 1;  // padded row of the cross-warp reduction buffer
-  static constexpr size_t kReduceSmem = static_cast<size_t>(kWarps) * MT * 16 * kReduceStride * sizeof(float);
+  static constexpr size_t kReduceSmem = reduce_smem_bytes(MT, NT);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
   // Two CTAs per SM while their shared memory fits (MT = 1 up to 64 columns).
   static constexpr int kMinBlocks = 2 * (kTotalSmem + 1024) <= 228 * 1024 ? 2 : 1;
@@ -181,7 +187,7 @@ __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   float* reduce_buffer = reinterpret_cast<float*>(smem);  // [kWarps][MT·16][kStride]
-  constexpr int kStride = NT * 8 + 1;
+  constexpr int kStride = reduce_stride(NT);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -328,7 +334,7 @@ struct DeepStages {
   static constexpr int kFit = kBudget / kCtaStage;
   static constexpr int kCount = kFit > 8 ? 8 : (kFit < 2 ? 2 : kFit);
   static constexpr size_t kSmem = static_cast<size_t>(kCtaStage) * kCount;
-  static constexpr size_t kReduceSmem = static_cast<size_t>(kWarps) * 16 * (NT * 8 + 1) * sizeof(float);
+  static constexpr size_t kReduceSmem = reduce_smem_bytes(1, NT);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
 };
 
