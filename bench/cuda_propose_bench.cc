@@ -51,7 +51,8 @@ int64_t bf16_weight_bytes(const DrafterConfig& c) {
 // profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
 // cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
-                     double bandwidth, int replays, bool profile_one) {
+                     double bandwidth, int replays, bool profile_one, const std::vector<int>& batch_list,
+                     const std::vector<int64_t>& context_list) {
   HeadSettings settings;
   settings.gamma = 16;
   settings.ctx_cap = 4096;
@@ -71,8 +72,8 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
   cudaEvent_t start, stop;
   DFLASH_CUDA_CHECK(cudaEventCreate(&start));
   DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
-  const std::vector<int64_t> contexts = profile_one ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
-  const std::vector<int> batches = profile_one ? std::vector<int>{1} : std::vector<int>{1, 8, 32};
+  const std::vector<int64_t> contexts = profile_one ? std::vector<int64_t>{1024} : context_list;
+  const std::vector<int> batches = profile_one ? std::vector<int>{1} : batch_list;
   for (int64_t context : contexts) {
     const Tensor ctx = make_random_context(context, width, static_cast<uint64_t>(context));
     std::vector<int> seqs;
@@ -148,6 +149,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--markdown", markdown, "write the result table (markdown) to this file");
   app.add_option("--replays", replays, "timed graph replays per configuration (>= 100)")->check(CLI::Range(100, 100000));
   app.add_option("--precisions", precisions, "comma-separated: fp8, bf16");
+  std::vector<int> batches = {1, 8, 32};
+  std::vector<int64_t> contexts = {1024, 4096};
+  app.add_option("--batches", batches, "batch sizes (default 1 8 32)")->check(CLI::Range(1, 32));
+  app.add_option("--contexts", contexts, "cached context positions (default 1024 4096)")->check(CLI::Range(1, 4096));
   bool profile_one = false;
   app.add_flag("--profile-one", profile_one,
                "only batch 1, context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
@@ -176,7 +181,7 @@ int main_impl(int argc, char** argv) {
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one)) rows.push_back(r);
+    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one, batches, contexts)) rows.push_back(r);
   }
 
   char date[32];

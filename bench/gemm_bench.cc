@@ -50,8 +50,12 @@ int main_impl(int argc, char** argv) {
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
   app.add_option("--format", only_format, "only this weight format (e4m3, bf16)");
   std::string only_pipeline;
-  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep)");
-  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 128; 0 = mma-splitk)");
+  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep, deep-shared)");
+  bool hot = false;
+  app.add_flag("--hot", hot,
+               "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
+               "e.g. after an l2_prefetch");
+  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 96, 128; 0 = mma-splitk)");
   app.add_option("--reps", reps, "timed repetitions of 20 launches per row (for a profiler: 1)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::string why;
@@ -110,13 +114,21 @@ int main_impl(int argc, char** argv) {
       const int64_t bytes = s.n * s.k * element;
       for (int64_t m : ms) {
         // columns 0: the mma-splitk kernel (32-column CTAs, K split across CTAs, then a reduce).
-        for (int variant = 0; variant < 7; ++variant) {
-          const int columns = variant == 6 ? 0 : 32 << (variant % 3);
-          const GemmPipeline pipeline = variant >= 3 && variant < 6 ? GemmPipeline::kDeep : GemmPipeline::kRing;
-          if (m > 16 && pipeline == GemmPipeline::kDeep) continue;
-          if (!only_pipeline.empty() && only_pipeline != (pipeline == GemmPipeline::kDeep ? "deep" : "ring")) continue;
+        struct Variant {
+          GemmPipeline pipeline;
+          int columns;
+        };
+        const Variant variants[] = {{GemmPipeline::kRing, 32}, {GemmPipeline::kRing, 64}, {GemmPipeline::kRing, 128},
+                                    {GemmPipeline::kDeep, 32}, {GemmPipeline::kDeep, 64}, {GemmPipeline::kDeep, 96},
+                                    {GemmPipeline::kDeep, 128}, {GemmPipeline::kDeepShared, 32},
+                                    {GemmPipeline::kDeepShared, 64}, {GemmPipeline::kRing, 0}};
+        for (const Variant& v : variants) {
+          const int columns = v.columns;
+          const GemmPipeline pipeline = v.pipeline;
+          if (m > 16 && pipeline != GemmPipeline::kRing) continue;
+          if (!only_pipeline.empty() && only_pipeline != gemm_pipeline_name(pipeline)) continue;
           if (m > 16 && columns != 32 && columns != 0) continue;
-          if (!fp8 && columns == 128) continue;
+          if (!fp8 && columns > 64) continue;
           const GemmKernel kernel = columns == 0 ? GemmKernel::kMmaSplitK : GemmKernel::kMma;
           if (columns == 0 && gemm_split_count(s.n, s.k) == 1) continue;
           if (only_columns >= 0 && columns != only_columns) continue;
@@ -130,7 +142,7 @@ int main_impl(int argc, char** argv) {
           GemmEpilogue ep;
           ep.out = out.get();
           ep.ld_out = s.n;
-          const int64_t windows = std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
+          const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
           auto view_at = [&](int i) {
             DeviceMatrixView w;
             w.format = fp8 ? WeightFormat::kE4M3 : WeightFormat::kBf16;
@@ -157,7 +169,7 @@ int main_impl(int argc, char** argv) {
           const double rate = static_cast<double>(bytes) / (us * 1e-6);
           std::printf("| %s | %lld x %lld | %s | %lld | %s | %s | %.1f | %.0f | %.2f |\n", s.name, static_cast<long long>(s.n),
                       static_cast<long long>(s.k), fp8 ? "e4m3" : "bf16", static_cast<long long>(m), columns == 0 ? "splitk" : std::to_string(columns).c_str(),
-                      pipeline == GemmPipeline::kDeep ? "deep" : "ring", us, rate / 1e9,
+                      gemm_pipeline_name(pipeline), us, rate / 1e9,
                       bandwidth / rate);
           std::fflush(stdout);
         }

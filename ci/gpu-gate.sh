@@ -21,6 +21,11 @@
 #     --profile adds an ncu run of one timed fp8 forward (batch 1, context 1024; the bench's
 #     --profile-one) with each kernel's time and DRAM bytes, written to ncu.csv, and a detailed ncu
 #     report of one GEMM launch per block-forward shape (ncu-gemm.txt).
+#     --sweep KERNELS (repeatable) times only the fp8 propose benchmark at batch 1 (contexts 1024
+#     and 4096) under each DFLASH_CUDA_KERNELS value, one line each in sweep.txt, to choose between
+#     kernel levers in one call; --bench-only skips every test and the default benchmark (for such
+#     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
+#     --hot, L2-resident weights) and the sweeps.
 #     Exit 0 when every step passed, 1 otherwise.
 # Example (from the lead's session):
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
@@ -32,6 +37,8 @@ remote=0
 quick=0
 profile=0
 variants=()
+sweeps=()
+bench_only=0
 build_dir=build-cuda
 out_dir=${OUT:-}
 while (($#)); do
@@ -42,6 +49,8 @@ while (($#)); do
     --build-dir) build_dir=$2; shift ;;
     --out) out_dir=$2; shift ;;
     --variant) variants+=("$2"); shift ;;
+    --sweep) sweeps+=("$2"); shift ;;
+    --bench-only) bench_only=1 ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -136,24 +145,42 @@ run_pass() {
   fi
 }
 
-for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test; do run_test "" "$t" "*"; done
-run_pass ""
+if ((bench_only == 0)); then
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test; do run_test "" "$t" "*"; done
+  run_pass ""
 
-bench_args=(--markdown "$out_dir/benchmarks.md")
-((quick)) && bench_args+=(--precisions fp8)
-if .gpu/cuda_propose_bench "${bench_args[@]}" >"$out_dir/bench.log" 2>&1; then
-  note "PASS cuda_propose_bench"
+  bench_args=(--markdown "$out_dir/benchmarks.md")
+  ((quick)) && bench_args+=(--precisions fp8)
+  if .gpu/cuda_propose_bench "${bench_args[@]}" >"$out_dir/bench.log" 2>&1; then
+    note "PASS cuda_propose_bench"
+  else
+    note "FAIL cuda_propose_bench (see bench.log)"
+    status=1
+  fi
+  tail -n 12 "$out_dir/bench.log" >>"$summary"
 else
-  note "FAIL cuda_propose_bench (see bench.log)"
-  status=1
+  note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi
-tail -n 12 "$out_dir/bench.log" >>"$summary"
-if .gpu/gemm_bench >"$out_dir/gemm-bench.log" 2>&1; then
+if .gpu/gemm_bench >"$out_dir/gemm-bench.log" 2>&1 &&
+   { echo; echo "--hot: the same weights every launch (L2-resident when they fit)"; \
+     .gpu/gemm_bench --m 16 --format e4m3 --hot; } >>"$out_dir/gemm-bench.log" 2>&1; then
   note "PASS gemm_bench (gemm-bench.log)"
 else
   note "FAIL gemm_bench (see gemm-bench.log)"
   status=1
 fi
+
+for v in "${sweeps[@]}"; do
+  if DFLASH_CUDA_KERNELS="$v" .gpu/cuda_propose_bench --precisions fp8 --batches 1 --contexts 1024 4096 \
+       >"$out_dir/sweep-one.log" 2>&1; then
+    grep -E "^  fp8 +batch" "$out_dir/sweep-one.log" | sed "s|^|[$v] |" | tee -a "$out_dir/sweep.txt" >>"$summary"
+  else
+    note "FAIL sweep [$v] cuda_propose_bench:"
+    tail -n 5 "$out_dir/sweep-one.log" | tee -a "$summary"
+    status=1
+  fi
+  rm -f "$out_dir/sweep-one.log"
+done
 
 if ((profile)); then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -166,7 +193,7 @@ if ((profile)); then
     note "PASS profile: ncu.csv ($(grep -c gpu__time_duration "$out_dir/ncu.csv") kernels)"
     rm -f "$out_dir/ncu.err"
     # One GEMM launch per shape in detail: throughput, occupancy, stall reasons, memory traffic.
-    for spec in "q|k|v 32 deep" "down 32 deep" "gate|up 64 deep" "lm_head 128 deep"; do
+    for spec in "q|k|v 64 deep" "o 32 deep" "down 32 deep" "gate|up 64 deep" "lm_head 64 deep"; do
       read -r shape columns pipeline <<<"$spec"
       echo "=== gemm_bench --m 16 --shape $shape --format e4m3 --columns $columns --pipeline $pipeline" >>"$out_dir/ncu-gemm.txt"
       "$ncu_bin" --clock-control none --cache-control none -k regex:gemm_mma --launch-skip 3 --launch-count 1 \

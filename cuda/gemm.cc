@@ -41,6 +41,25 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
   return false;
 }
 
+const char* gemm_pipeline_name(GemmPipeline pipeline) {
+  switch (pipeline) {
+    case GemmPipeline::kRing: return "ring";
+    case GemmPipeline::kDeep: return "deep";
+    case GemmPipeline::kDeepShared: return "deep-shared";
+  }
+  return "?";
+}
+
+bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
+  for (GemmPipeline p : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
+    if (name == gemm_pipeline_name(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad) {
   switch (kernel) {
     case GemmKernel::kMma: return 0;

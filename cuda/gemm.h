@@ -64,8 +64,11 @@ enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
 // How the kMma kernel streams operands at m <= 16 (same work split and reduction order, so the same
 // bits): kRing moves weight and activation tiles through a per-warp cp.async ring in shared
 // memory; kDeep moves only the weights through a deeper ring and loads the activations straight
-// into registers one k-tile ahead.
-enum class GemmPipeline { kRing, kDeep };
+// into registers one k-tile ahead, with a ring up to twice as deep ("solo" layout) when the grid
+// has at most one CTA per SM (GemmContext::sm_count); kDeepShared is kDeep without the solo layout.
+enum class GemmPipeline { kRing, kDeep, kDeepShared };
+const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
+bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
 const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
@@ -77,14 +80,15 @@ struct GemmContext {
   size_t lt_workspace_bytes = 0;
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
-  int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64 or 128 columns; 0 = by shape (gemm_mma_columns)
-  int sm_count = 0;     // the device's SMs, for mma_columns = 0
+  int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
+  int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the deep pipeline's solo layout
   GemmPipeline mma_pipeline = GemmPipeline::kDeep;  // kMma at m <= 16
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
 
 // The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16; at m <= 16 the
-// requested width (32 / 64 / 128, clamped to 64 for bf16 weights), or with requested = 0 the width
+// requested width (32 / 64 / 96 / 128, clamped to 64 for bf16 weights; 96 runs the deep pipeline
+// whichever is asked, the ring's stages would not fit), or with requested = 0 the width
 // of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The
 // width never changes any element's reduction order (bits are equal).
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);

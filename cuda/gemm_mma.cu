@@ -1,6 +1,6 @@
 // The weight-only tensor-core GEMM (GemmKernel::kMma) for the drafter's small and medium m.
 //
-// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 at m > 16; 32, 64 or
+// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 at m > 16; 32, 64, 96 or
 // 128 at m <= 16, gemm_mma_columns) and MT·16 rows (MT = 1 for m <= 16, 4 above). The column count
 // changes which CTA computes an element, never the order of its sum. The warps split K: warp w
 // reduces the 64-column k-tiles w, w + 8, w + 16, ... in that order (interleaved, so that the 8
@@ -12,8 +12,10 @@
 // Streaming (GemmPipeline). kRing (gemm_mma_kernel; every m > 16): each warp runs its own cp.async
 // ring of S stages in shared memory, one k-tile of its weight rows and of the MT·16 activation rows
 // per stage, so S-1 k-tiles are in flight while it computes one. kDeep (gemm_mma_deep_kernel,
-// m <= 16): only the weights go through the ring, which then holds 3-6 stages, and each thread
-// loads its activation fragments for the next k-tile straight into registers.
+// m <= 16): only the weights go through the ring, which then holds 3-8 stages (the "solo" layout,
+// twice the stages, where the grid has at most one CTA per SM; kDeepShared never uses it), and
+// each thread loads its activation fragments for the next k-tile straight into registers. The
+// deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream).
 //
 // Fragments. mma.sync m16n8k16 (bf16 in, fp32 accumulate). A dot product does not care which
 // physical k feeds which fragment slot as long as A and B agree, so thread (g = lane/4, t = lane%4)
@@ -73,6 +75,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
+}
+// Weights that the m <= 16 kernels read exactly once: let L2 fetch the whole 256-byte segment
+// around each request (the CTA's 8 warps read 512 contiguous bytes of each weight row between
+// them, a few cycles apart). (An evict-first L2 cache hint on these copies was tried: the H200
+// stops with an illegal instruction on cp.async ... L2::cache_hint.)
+__device__ __forceinline__ void cp_async_16_stream(void* smem, const void* global, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -163,7 +174,8 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NT][4], const uint4 (&a)
 
 // Copies k-tile kt of the CTA's NT·8 weight rows (from n0) into `stage` (rows of `row_bytes`;
 // rows past n are zero-filled). `w_base` already points at the CTA's first k-tile.
-template <bool kFp8, int NT>
+// kStream: with the read-once L2 hint of cp_async_16_stream.
+template <bool kFp8, int NT, bool kStream = false>
 __device__ __forceinline__ void issue_weight_tile(uint8_t* stage, int row_bytes, const uint8_t* w_base,
                                                   int64_t ldw_bytes, int64_t n0, int64_t n, int kt, int lane) {
   constexpr int kTileBytes = kFp8 ? kKTile : 2 * kKTile;  // bytes of one weight row per k-tile
@@ -174,7 +186,11 @@ __device__ __forceinline__ void issue_weight_tile(uint8_t* stage, int row_bytes,
     const int row = c / kPieces, piece = c % kPieces;  // row = nt·8 + g'
     const bool valid = n0 + row < n;
     const uint8_t* src = w_base + (valid ? n0 + row : 0) * ldw_bytes + static_cast<int64_t>(kt) * kTileBytes + piece * 16;
-    cp_async_16(stage + row * row_bytes + piece * 16, src, valid);
+    if constexpr (kStream) {
+      cp_async_16_stream(stage + row * row_bytes + piece * 16, src, valid);
+    } else {
+      cp_async_16(stage + row * row_bytes + piece * 16, src, valid);
+    }
   }
 }
 
@@ -323,13 +339,15 @@ __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) 
 // through shared memory, in a ring of DeepStages::kCount stages per warp, and each thread loads its
 // activation fragments for the next k-tile straight into registers (L2 hits). With no activation
 // tiles in the ring, the same shared memory holds two to three times the weight bytes in flight.
-template <bool kFp8, int NT>
+// kSolo: the layout for a grid of at most one CTA per SM (launch_deep picks it), which then takes
+// the whole shared memory for its ring instead of half.
+template <bool kFp8, int NT, bool kSolo = false>
 struct DeepStages {
   static constexpr int kWeightRowBytes = kFp8 ? kKTile : kKTile * 2 + 16;  // bf16 rows padded
   static constexpr int kStageBytes = NT * 8 * kWeightRowBytes;
   static constexpr int kCtaStage = kWarps * kStageBytes;
   // Two CTAs per SM when each can still keep >= 3 stages (2 in flight), else one with more.
-  static constexpr int kMinBlocks = (110 * 1024) / kCtaStage >= 3 ? 2 : 1;
+  static constexpr int kMinBlocks = !kSolo && (110 * 1024) / kCtaStage >= 3 ? 2 : 1;
   static constexpr int kBudget = kMinBlocks == 2 ? 110 * 1024 : 220 * 1024;
   static constexpr int kFit = kBudget / kCtaStage;
   static constexpr int kCount = kFit > 8 ? 8 : (kFit < 2 ? 2 : kFit);
@@ -338,9 +356,9 @@ struct DeepStages {
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
 };
 
-template <bool kFp8, int NT>
-__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
-  using L = DeepStages<kFp8, NT>;
+template <bool kFp8, int NT, bool kSolo>
+__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
+  using L = DeepStages<kFp8, NT, kSolo>;
   constexpr int S = L::kCount;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -366,8 +384,8 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT>::kMinBlocks)) 
     }
   };
   auto issue_weights = [&](int i) {  // this warp's i-th k-tile into stage i % S
-    issue_weight_tile<kFp8, NT>(ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, p.w, p.ldw_bytes, n0, p.epilogue.n,
-                                warp + kWarps * i, lane);
+    issue_weight_tile<kFp8, NT, true>(ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, p.w, p.ldw_bytes, n0,
+                                      p.epilogue.n, warp + kWarps * i, lane);
   };
 
   float acc[1][NT][4];
@@ -461,40 +479,60 @@ void launch(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, i
                 grid, dim3(kThreads), Stages<kFp8, MT, NT>::kTotalSmem, stream, pdl, params);
 }
 
-template <bool kFp8, int NT>
+template <bool kFp8, int NT, bool kSolo>
 void prepare_deep() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(DeepStages<kFp8, NT>::kTotalSmem)));
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT, kSolo>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(DeepStages<kFp8, NT, kSolo>::kTotalSmem)));
   });
 }
-
+// Whether NT has a distinct solo layout (widths that fit two CTAs per SM; wider ones are solo anyway).
 template <bool kFp8, int NT>
-void launch_deep(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t n) {
-  prepare_deep<kFp8, NT>();
+constexpr bool kHasSolo = DeepStages<kFp8, NT>::kMinBlocks == 2;
+
+// The solo layout when allowed and the grid has at most one CTA per SM (sm_count known), else the
+// shared one.
+template <bool kFp8, int NT>
+void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const MmaParams& params, int64_t n) {
   const int64_t n_blocks = (n + NT * 8 - 1) / (NT * 8);
   if (n_blocks > 65535) throw internal_error("gemm mma: grid too large (n " + std::to_string(n) + ")");
-  launch_kernel("gemm_mma_deep_kernel", gemm_mma_deep_kernel<kFp8, NT>, dim3(1, static_cast<unsigned>(n_blocks), 1),
-                dim3(kThreads), DeepStages<kFp8, NT>::kTotalSmem, stream, pdl, params);
+  const dim3 grid(1, static_cast<unsigned>(n_blocks), 1);
+  if constexpr (kHasSolo<kFp8, NT>) {
+    if (solo && sm_count > 0 && n_blocks <= sm_count) {
+      prepare_deep<kFp8, NT, true>();
+      launch_kernel("gemm_mma_deep_kernel (solo)", gemm_mma_deep_kernel<kFp8, NT, true>, grid, dim3(kThreads),
+                    DeepStages<kFp8, NT, true>::kTotalSmem, stream, pdl, params);
+      return;
+    }
+  }
+  prepare_deep<kFp8, NT, false>();
+  launch_kernel("gemm_mma_deep_kernel", gemm_mma_deep_kernel<kFp8, NT, false>, grid, dim3(kThreads),
+                DeepStages<kFp8, NT>::kTotalSmem, stream, pdl, params);
 }
 
-// The m <= 16 launch with the CTA width of `columns` (32, 64 or 128; bf16 weights at most 64) and
-// the chosen pipeline.
+// The m <= 16 launch with the CTA width of `columns` (32, 64, 96 or 128; bf16 weights at most 64)
+// and the chosen pipeline.
 template <bool kFp8>
-void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, bool pdl, const MmaParams& params,
-                    int64_t m, int64_t n) {
-  const bool deep = pipeline == GemmPipeline::kDeep;
+void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, bool pdl, int sm_count,
+                    const MmaParams& params, int64_t m, int64_t n) {
+  const bool deep = pipeline != GemmPipeline::kRing;
+  const bool solo = pipeline == GemmPipeline::kDeep;
   if constexpr (kFp8) {
     if (columns == 128) {
-      if (deep) launch_deep<kFp8, 16>(stream, pdl, params, n); else launch<kFp8, 1, 16>(stream, pdl, params, m, n);
+      if (deep) launch_deep<kFp8, 16>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 16>(stream, pdl, params, m, n);
+      return;
+    }
+    if (columns == 96) {  // deep whichever pipeline is asked: the ring's stages would not fit
+      launch_deep<kFp8, 12>(stream, pdl, solo, sm_count, params, n);
       return;
     }
   }
   if (columns >= 64) {
-    if (deep) launch_deep<kFp8, 8>(stream, pdl, params, n); else launch<kFp8, 1, 8>(stream, pdl, params, m, n);
+    if (deep) launch_deep<kFp8, 8>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 8>(stream, pdl, params, m, n);
   } else {
-    if (deep) launch_deep<kFp8, 4>(stream, pdl, params, n); else launch<kFp8, 1, 4>(stream, pdl, params, m, n);
+    if (deep) launch_deep<kFp8, 4>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 4>(stream, pdl, params, m, n);
   }
 }
 
@@ -513,16 +551,20 @@ int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, i
   const int widest = format == WeightFormat::kE4M3 ? 128 : 64;
   if (requested > 0) return std::min(requested, widest);
   // auto, 32 or 64: the SM with the most CTAs sets the time, and it streams (CTAs on it) x (CTA
-  // width) weight rows; take the width with the least, the wider one on a tie (it fetches the
-  // activations from L2 half as often). Measured on an H200 (docs/benchmarks.md): q|k|v 64, o and
-  // down 32, gate|up and lm_head 64. 128 stays a lever: it fits one CTA per SM, and was slower.
+  // width) weight rows; take the width with the least. On a tie E4M3 weights take the wider one (it
+  // fetches the activations from L2 half as often), bf16 weights the narrower one (twice the bytes
+  // per row: two CTAs per SM keep more of them in flight). Measured on an H200
+  // (docs/benchmarks.md): E4M3 q|k|v 64, o and down 32, gate|up and lm_head 64; bf16 32 on every
+  // shape. 96 and 128 stay levers: one CTA per SM, slower at every shape but gate|up (96, within
+  // noise).
   const int64_t sms = sm_count > 0 ? sm_count : 1;
+  const bool wider_on_tie = format == WeightFormat::kE4M3;
   int best = 32;
   int64_t best_rows = INT64_MAX;
   for (int columns : {32, 64}) {
     const int64_t ctas = (n + columns - 1) / columns;
     const int64_t rows = (ctas + sms - 1) / sms * columns;
-    if (rows <= best_rows) {
+    if (rows < best_rows || (rows == best_rows && wider_on_tie)) {
       best = columns;
       best_rows = rows;
     }
@@ -559,11 +601,15 @@ void prepare_gemm_kernels() {
   prepare<false, 1, 4>();
   prepare<false, 1, 8>();
   prepare<false, 4, 4>();
-  prepare_deep<true, 4>();
-  prepare_deep<true, 8>();
-  prepare_deep<true, 16>();
-  prepare_deep<false, 4>();
-  prepare_deep<false, 8>();
+  prepare_deep<true, 4, false>();
+  prepare_deep<true, 4, true>();
+  prepare_deep<true, 8, false>();
+  prepare_deep<true, 8, true>();
+  prepare_deep<true, 12, false>();
+  prepare_deep<true, 16, false>();
+  prepare_deep<false, 4, false>();
+  prepare_deep<false, 4, true>();
+  prepare_deep<false, 8, false>();
   prepare<true, 1, 4, true>();
   prepare<true, 4, 4, true>();
   prepare<false, 1, 4, true>();
@@ -586,9 +632,9 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   p.partials = nullptr;
   const int columns = gemm_mma_columns(ctx.mma_columns, m, w.n, w.format, ctx.sm_count);
   if (fp8) {
-    if (m <= 16) launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, p, m, w.n); else launch<true, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
+    if (m <= 16) launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<true, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   } else {
-    if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
+    if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   }
 }
 

@@ -64,18 +64,16 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
     } else if (stage == "gemm_cols") {
       if (value == "auto") {
         plan.gemm_columns = 0;
-      } else if (value == "32" || value == "64" || value == "128") {
+      } else if (value == "32" || value == "64" || value == "96" || value == "128") {
         plan.gemm_columns = std::stoi(value);
       } else {
-        throw bad_input("CUDA kernels: gemm_cols=" + value + " is not a width (auto, 32, 64, 128)");
+        throw bad_input("CUDA kernels: gemm_cols=" + value + " is not a width (auto, 32, 64, 96, 128)");
       }
     } else if (stage == "gemm_pipeline") {
-      if (value == "ring") {
-        plan.gemm_pipeline = GemmPipeline::kRing;
-      } else if (value == "deep" || value == "auto") {
-        plan.gemm_pipeline = GemmPipeline::kDeep;
-      } else {
-        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep)");
+      if (value == "auto") {
+        plan.gemm_pipeline = KernelPlan{}.gemm_pipeline;
+      } else if (!parse_gemm_pipeline(value, &plan.gemm_pipeline)) {
+        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep, deep-shared)");
       }
     } else if (stage == "pdl") {
       if (value == "on" || value == "auto") {
@@ -120,9 +118,18 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.gemm_cols", plan.gemm_columns == 0 ? "auto (m <= 16: 32 or 64 columns per CTA, whichever gives the "
                                                               "busiest SM the fewest weight rows)"
                                                             : std::to_string(plan.gemm_columns) + " (m <= 16)");
-  d.emplace_back("kernel.gemm_pipeline", plan.gemm_pipeline == GemmPipeline::kDeep
-                                             ? "deep (m <= 16: weights through a deep shared-memory ring, activations in registers)"
-                                             : "ring (weights and activations through a shared-memory ring)");
+  const char* pipeline_text = "";
+  switch (plan.gemm_pipeline) {
+    case GemmPipeline::kRing: pipeline_text = "ring (weights and activations through a shared-memory ring)"; break;
+    case GemmPipeline::kDeep:
+      pipeline_text = "deep (m <= 16: weights through a deep shared-memory ring, activations in registers; "
+                      "the whole shared memory for the ring where the grid has at most one CTA per SM)";
+      break;
+    case GemmPipeline::kDeepShared:
+      pipeline_text = "deep-shared (deep with the ring sized for two CTAs per SM even where the grid has one)";
+      break;
+  }
+  d.emplace_back("kernel.gemm_pipeline", pipeline_text);
   d.emplace_back("kernel.pdl", plan.pdl ? "on (block forward)" : "off");
   std::string fallbacks;
   for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;

@@ -12,9 +12,9 @@
 //   qk_norm_rope  tuned (default), simple
 //   swiglu        fused (default: in the gate|up GEMM's epilogue), separate
 //   argmax        fused (default: partials in the lm_head GEMM's epilogue), separate
-//   gemm_cols     auto (default: by weight shape), 32, 64, 128: the mma kernel's CTA width at
+//   gemm_cols     auto (default: by weight shape), 32, 64, 96, 128: the mma kernel's CTA width at
 //                 m <= 16 (bits do not change with it)
-//   gemm_pipeline deep (default), ring: how the mma kernel streams operands at m <= 16 (only the
+//   gemm_pipeline deep (default), deep-shared, ring: how the mma kernel streams operands at m <= 16 (only the
 //                 weights through a deep shared-memory ring with the activations in registers, or
 //                 weights and activations through a shallower ring; bits do not change with it)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's

@@ -20,9 +20,11 @@ using testing::harness_error_message;
 // to what the format supports when forced, and always 32 above 16 rows (the 64-row tiles).
 TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   const WeightFormat e4m3 = WeightFormat::kE4M3, bf16 = WeightFormat::kBf16;
-  // Qwen3-8B on 132 SMs: the busiest SM's weight rows decide (ties go to 64).
+  // Qwen3-8B on 132 SMs: the busiest SM's weight rows decide (ties go to 64 for E4M3, 32 for bf16).
   EXPECT_EQ(gemm_mma_columns(0, 16, 151936, e4m3, 132), 64);  // lm_head: 36 x 32 = 18 x 64
-  EXPECT_EQ(gemm_mma_columns(0, 16, 151936, bf16, 132), 64);
+  EXPECT_EQ(gemm_mma_columns(0, 16, 151936, bf16, 132), 32);
+  EXPECT_EQ(gemm_mma_columns(0, 16, 6144, bf16, 132), 32);    // q|k|v: 2 x 32 = 1 x 64
+  EXPECT_EQ(gemm_mma_columns(0, 16, 4096, bf16, 16), 32);     // 16 SMs: 8 x 32 = 4 x 64
   EXPECT_EQ(gemm_mma_columns(0, 16, 24576, e4m3, 132), 64);   // gate|up: 6 x 32 = 3 x 64
   EXPECT_EQ(gemm_mma_columns(0, 1, 6144, e4m3, 132), 64);     // q|k|v: 192 CTAs = 2 x 32, 96 = 1 x 64
   EXPECT_EQ(gemm_mma_columns(0, 16, 4096, e4m3, 132), 32);    // o, down: 128 CTAs = 1 x 32 < 1 x 64
@@ -30,6 +32,9 @@ TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   EXPECT_EQ(gemm_mma_columns(0, 17, 151936, e4m3, 132), 32);  // 64-row tiles: always 32
   EXPECT_EQ(gemm_mma_columns(128, 16, 4096, e4m3, 132), 128);
   EXPECT_EQ(gemm_mma_columns(128, 16, 4096, bf16, 132), 64);
+  EXPECT_EQ(gemm_mma_columns(96, 16, 4096, e4m3, 132), 96);
+  EXPECT_EQ(gemm_mma_columns(96, 16, 4096, bf16, 132), 64);
+  EXPECT_EQ(gemm_mma_columns(96, 64, 4096, e4m3, 132), 32);
   EXPECT_EQ(gemm_mma_columns(32, 16, 151936, e4m3, 132), 32);
   EXPECT_EQ(gemm_mma_columns(128, 64, 151936, e4m3, 132), 32);
 }
@@ -89,10 +94,13 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   }
   EXPECT_EQ(launch_entries, 3);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_pipeline", "wide"}}, 128); }),
-            "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep)");
+            "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep, deep-shared)");
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep-shared"}}, 128).gemm_pipeline, GemmPipeline::kDeepShared);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep"}}, 128).gemm_pipeline, GemmPipeline::kDeep);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "auto"}}, 128).gemm_pipeline, KernelPlan{}.gemm_pipeline);
   EXPECT_EQ(resolve_kernel_plan({{"gemm_cols", "auto"}}, 128).gemm_columns, 0);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols", "48"}}, 128); }),
-            "CUDA kernels: gemm_cols=48 is not a width (auto, 32, 64, 128)");
+            "CUDA kernels: gemm_cols=48 is not a width (auto, 32, 64, 96, 128)");
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
             "CUDA kernels: pdl=maybe is not a setting (on, off)");
 

@@ -350,7 +350,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
       CudaDrafter base(c, w, small_settings(precision), defaults);
       const auto expected = run_script(base, script());
       const std::vector<std::pair<std::string, std::string>> levers = {
-          {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"}, {"pdl", "off"}};
+          {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
+          {"gemm_pipeline", "deep-shared"}, {"pdl", "off"}};
       for (const auto& [stage, value] : levers) {
         CudaOptions o = defaults;
         o.kernels[stage] = value;

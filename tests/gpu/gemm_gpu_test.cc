@@ -341,12 +341,17 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
   }
 }
 
-// The mma kernel's CTA width (32, 64 or 128 columns at m <= 16) and pipeline (ring, deep) change
-// which CTA computes an element and how its operands arrive, never its sum: every epilogue's output
-// must be the same bits in every combination as with the 32-column ring (which the tests above
-// check against the CPU). The shapes leave the last wide CTA partly empty.
+// The mma kernel's CTA width (32, 64, 96 or 128 columns at m <= 16) and pipeline (ring, deep)
+// change which CTA computes an element and how its operands arrive, never its sum: every epilogue's
+// output must be the same bits in every combination as with the 32-column ring (which the tests
+// above check against the CPU). The shapes leave the last wide CTA partly empty; K runs from 2
+// k-tiles (6 of 8 warps idle) to 64, 45 of them uneven over the warps. The deep pipeline runs
+// with the device's SM count (its solo layout where the grid has at most one CTA per SM) and
+// with 3 (always the shared one).
 TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
-  const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}};
+  const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}, {1000, 2880, true}};
+  int device_sms = 0;
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, 0));
   for (const Shape& s : shapes) {
     for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
       const Problem p = make_problem(s.n, s.k, format, s.bias, 41 + s.n, stream_);
@@ -356,9 +361,10 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
       for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 5, i, -3.0f, 3.0f);
       for (int64_t m : {1, 5, 16}) {
         // All four epilogues at once; returns every output's bits.
-        auto outputs = [&](int columns, GemmPipeline pipeline) {
+        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count) {
           ctx_.mma_columns = columns;
           ctx_.mma_pipeline = pipeline;
+          ctx_.sm_count = sm_count;
           DeviceBuffer<float> out(static_cast<size_t>(m * s.n)), residual(static_cast<size_t>(m * s.n)),
               values(static_cast<size_t>(m * argmax_blocks(s.n)));
           DeviceBuffer<int32_t> indices(values.size());
@@ -389,22 +395,26 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           append(indices.get(), indices.bytes());
           return bits;
         };
-        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing);
-        for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep}) {
-          for (int columns : {32, 64, 128}) {
-            if (pipeline == GemmPipeline::kRing && columns == 32) continue;
-            const std::vector<uint32_t> wide = outputs(columns, pipeline);
-            ASSERT_EQ(wide.size(), narrow.size());
-            for (size_t i = 0; i < wide.size(); ++i) {
-              ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n << " m=" << m
-                                            << " columns " << columns
-                                            << (pipeline == GemmPipeline::kDeep ? " deep" : " ring") << " word " << i;
+        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing, device_sms);
+        for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
+          for (int columns : {32, 64, 96, 128}) {
+            if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
+            for (int sms : {device_sms, 3}) {
+              if (pipeline != GemmPipeline::kDeep && sms != device_sms) continue;  // only its layout depends on it
+              const std::vector<uint32_t> wide = outputs(columns, pipeline, sms);
+              ASSERT_EQ(wide.size(), narrow.size());
+              for (size_t i = 0; i < wide.size(); ++i) {
+                ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
+                                              << " k=" << s.k << " m=" << m << " columns " << columns << " "
+                                              << gemm_pipeline_name(pipeline) << " on " << sms << " SMs, word " << i;
+              }
             }
           }
         }
       }
       ctx_.mma_columns = 0;
       ctx_.mma_pipeline = GemmContext{}.mma_pipeline;
+      ctx_.sm_count = 0;
     }
   }
 }
