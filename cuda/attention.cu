@@ -296,7 +296,11 @@ __device__ __forceinline__ void load_query_fragments(uint32_t (&qf)[D / 16][4], 
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArgs a) {
   pdl_launch_dependents();
-  pdl_wait();
+  // Up to the PDL wait below this kernel reads only what no kernel of the block forward writes:
+  // the window's K/V rows in the paged pools (written when the context arrived, before the block
+  // forward's first kernel, which is launched without PDL), the page tables and window lengths
+  // (uploaded before it too). So the page lookups and the window rows' copies overlap the kernels
+  // before this one; q and the block rows' K/V (the previous kernel's outputs) come after the wait.
   static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
   constexpr int kStride = mma_row_stride<D>();
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
@@ -320,10 +324,6 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   __shared__ const __nv_bfloat16* k_src[kAttentionChunk];
   __shared__ const __nv_bfloat16* v_src[kAttentionChunk];
 
-  // This warp's first m-tile of queries: the loads overlap the page lookups and the K/V copy.
-  uint32_t qf[D / 16][4];
-  if (warp < m_tiles) load_query_fragments<D>(qf, a, b, kv_head, group, query_rows, warp, lane);
-
   // Where each key of the chunk lives (one page-table lookup per key), then the copy.
   for (int jj = threadIdx.x; jj < 2 * kAttentionChunk; jj += kMmaThreads) {
     const int key = jj % kAttentionChunk;
@@ -335,14 +335,26 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += kMmaThreads) {
-    const int jj = idx / kPieces, piece = idx % kPieces;
-    const bool valid = jj < keys;  // rows past the chunk's keys are zero: no garbage reaches 0·v
-    const __nv_bfloat16* ks = valid ? k_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.k_block);
-    const __nv_bfloat16* vs = valid ? v_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.v_block);
-    cp_async_16(smem_address(k_tile + jj * kStride + piece * 8), ks, valid ? 16 : 0);
-    cp_async_16(smem_address(v_tile + jj * kStride + piece * 8), vs, valid ? 16 : 0);
-  }
+  // Copies the rows of keys [0, keys) whose `in_window` matches (rows past `keys` are zero-filled
+  // with the window's pass: no garbage reaches 0·v).
+  auto copy_rows = [&](bool window_pass) {
+    for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += kMmaThreads) {
+      const int jj = idx / kPieces, piece = idx % kPieces;
+      const bool valid = jj < keys;
+      const bool in_window = first_key + jj < window_length;
+      if (valid ? in_window != window_pass : !window_pass) continue;
+      const __nv_bfloat16* ks = valid ? k_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.k_block);
+      const __nv_bfloat16* vs = valid ? v_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.v_block);
+      cp_async_16(smem_address(k_tile + jj * kStride + piece * 8), ks, valid ? 16 : 0);
+      cp_async_16(smem_address(v_tile + jj * kStride + piece * 8), vs, valid ? 16 : 0);
+    }
+  };
+  copy_rows(true);
+  pdl_wait();
+  copy_rows(false);  // the block rows: qk_norm_rope's output
+  // This warp's first m-tile of queries: the loads overlap the block rows' copy.
+  uint32_t qf[D / 16][4];
+  if (warp < m_tiles) load_query_fragments<D>(qf, a, b, kv_head, group, query_rows, warp, lane);
   cp_async_wait_all();
   __syncthreads();
 
