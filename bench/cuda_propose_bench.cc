@@ -2,7 +2,8 @@
 // random weights: block width 16, batch 1 / 8 / 32, context 1024 / 4096 positions already cached
 // (the timed propose brings C = 0 new context rows), graphs on. Each number is the median of
 // --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),
-// each timed with CUDA events after the warm-up proposes that capture the graph.
+// each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
+// --contexts pick a subset (the GPU gate's --sweep times batch 1 only, under several kernel levers).
 //
 // Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
 // in the mode's storage format, the norms, and the KV cache window read once) over the

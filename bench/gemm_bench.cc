@@ -7,6 +7,8 @@
 // Weights are random E4M3 codes (NaN codes excluded) or bf16 values, cut as windows from one
 // 2 GiB buffer at rotating offsets, so that consecutive launches never find their weights in L2.
 // Each number is the median over 15 repetitions (--reps) of (20 back-to-back launches) / 20.
+// --hot reads the same window every launch instead (L2-resident when it fits): the kernel's speed
+// when its weights come from L2.
 #include <algorithm>
 #include <cstdio>
 #include <string>
