@@ -65,7 +65,8 @@ enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
 // bits): kRing moves weight and activation tiles through a per-warp cp.async ring in shared
 // memory; kDeep moves only the weights through a deeper ring and loads the activations straight
 // into registers one k-tile ahead, with a ring up to twice as deep ("solo" layout) when the grid
-// has at most one CTA per SM (GemmContext::sm_count); kDeepShared is kDeep without the solo layout.
+// has at most one CTA per SM (GemmContext::sm_count), and a last wave of one 64-column CTA per SM
+// split off to 32-column CTAs; kDeepShared is kDeep without either.
 enum class GemmPipeline { kRing, kDeep, kDeepShared };
 const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);

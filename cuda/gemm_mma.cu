@@ -13,7 +13,8 @@
 // ring of S stages in shared memory, one k-tile of its weight rows and of the MT·16 activation rows
 // per stage, so S-1 k-tiles are in flight while it computes one. kDeep (gemm_mma_deep_kernel,
 // m <= 16): only the weights go through the ring, which then holds 3-8 stages (the "solo" layout,
-// twice the stages, where the grid has at most one CTA per SM; kDeepShared never uses it), and
+// twice the stages, where the grid has at most one CTA per SM; and a partial last wave of 64-column
+// CTAs split off to a launch of 32-column ones; kDeepShared does neither), and
 // each thread loads its activation fragments for the next k-tile straight into registers. The
 // deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream).
 //
@@ -133,6 +134,8 @@ struct MmaParams {
   // and stores its sums to partials[z][m][n] (row stride n = epilogue.n) instead of the epilogue.
   int split_tiles;
   float* partials;
+  // The deep kernel only: its CTAs start at column n_begin (the tail launch of a wave split).
+  int64_t n_begin = 0;
 };
 
 // One k-tile of one 16-row m-tile: acc[nt] += A(16 × 64) · W(NT·8 × 64)ᵀ. `a` holds this thread's
@@ -364,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT * 8;
+  const int64_t n0 = p.n_begin + static_cast<int64_t>(blockIdx.y) * NT * 8;
   const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
   uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
   // This thread's activation rows g and g + 8 (null past m: their fragments stay zero).
@@ -496,7 +499,7 @@ constexpr bool kHasSolo = DeepStages<kFp8, NT>::kMinBlocks == 2;
 // shared one.
 template <bool kFp8, int NT>
 void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const MmaParams& params, int64_t n) {
-  const int64_t n_blocks = (n + NT * 8 - 1) / (NT * 8);
+  const int64_t n_blocks = (n - params.n_begin + NT * 8 - 1) / (NT * 8);
   if (n_blocks > 65535) throw internal_error("gemm mma: grid too large (n " + std::to_string(n) + ")");
   const dim3 grid(1, static_cast<unsigned>(n_blocks), 1);
   if constexpr (kHasSolo<kFp8, NT>) {
@@ -530,6 +533,21 @@ void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, boo
     }
   }
   if (columns >= 64) {
+    if (deep && solo && sm_count > 0 && DeepStages<kFp8, 8>::kMinBlocks == 2) {
+      // Wave split: 64-column CTAs run two per SM; when their count leaves a last wave of at most
+      // one CTA per SM (gate|up on 132 SMs: 384 = 264 + 120), that wave would stream with half
+      // the bytes in flight. Its columns go to a second launch of 32-column CTAs instead, two per
+      // SM. The width never changes an element's sum, so the bits are those of one launch.
+      const int64_t blocks = (n + 63) / 64, wave = 2 * static_cast<int64_t>(sm_count);
+      const int64_t full = blocks / wave * wave;
+      if (blocks > sm_count && full > 0 && full < blocks && blocks - full <= sm_count) {
+        launch_deep<kFp8, 8>(stream, pdl, false, sm_count, params, full * 64);
+        MmaParams tail = params;
+        tail.n_begin = full * 64;
+        launch_deep<kFp8, 4>(stream, pdl, false, sm_count, tail, n);
+        return;
+      }
+    }
     if (deep) launch_deep<kFp8, 8>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 8>(stream, pdl, params, m, n);
   } else {
     if (deep) launch_deep<kFp8, 4>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 4>(stream, pdl, params, m, n);

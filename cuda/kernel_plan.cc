@@ -123,10 +123,12 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
     case GemmPipeline::kRing: pipeline_text = "ring (weights and activations through a shared-memory ring)"; break;
     case GemmPipeline::kDeep:
       pipeline_text = "deep (m <= 16: weights through a deep shared-memory ring, activations in registers; "
-                      "the whole shared memory for the ring where the grid has at most one CTA per SM)";
+                      "the whole shared memory for the ring where the grid has at most one CTA per SM; a "
+                      "last wave of one 64-column CTA per SM split off to 32-column CTAs)";
       break;
     case GemmPipeline::kDeepShared:
-      pipeline_text = "deep-shared (deep with the ring sized for two CTAs per SM even where the grid has one)";
+      pipeline_text = "deep-shared (deep with the ring sized for two CTAs per SM even where the grid has one, "
+                      "and no wave split)";
       break;
   }
   d.emplace_back("kernel.gemm_pipeline", pipeline_text);

@@ -346,8 +346,9 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
 // output must be the same bits in every combination as with the 32-column ring (which the tests
 // above check against the CPU). The shapes leave the last wide CTA partly empty; K runs from 2
 // k-tiles (6 of 8 warps idle) to 64, 45 of them uneven over the warps. The deep pipeline runs
-// with the device's SM count (its solo layout where the grid has at most one CTA per SM) and
-// with 3 (always the shared one).
+// with the device's SM count (its solo layout where the grid has at most one CTA per SM), with 3
+// (the shared one) and with 7 (n = 1000 at 64 columns: 16 CTAs, one wave of 14 and a tail of 2,
+// which goes to a second launch of 32-column CTAs).
 TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
   const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}, {1000, 2880, true}};
   int device_sms = 0;
@@ -399,7 +400,7 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
         for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
           for (int columns : {32, 64, 96, 128}) {
             if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
-            for (int sms : {device_sms, 3}) {
+            for (int sms : {device_sms, 3, 7}) {
               if (pipeline != GemmPipeline::kDeep && sms != device_sms) continue;  // only its layout depends on it
               const std::vector<uint32_t> wide = outputs(columns, pipeline, sms);
               ASSERT_EQ(wide.size(), narrow.size());
