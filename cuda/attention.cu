@@ -310,7 +310,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   const int window_length = a.window_length[b];
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
-  if (first_key >= total_keys) return;  // this sequence's window is shorter than the grid
+  // This sequence's window is shorter than the grid: exit without waiting. Chunk 0 always has keys
+  // (the block rows) and waits, so the grid still ends after the previous kernel.
+  if (first_key >= total_keys) return;
   const int keys = static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
   const int group = a.num_heads / a.num_kv_heads;
   const int query_rows = a.block_width * group;

@@ -1,9 +1,11 @@
 // Kernel launches with optional programmatic dependent launch (PDL, sm_90).
 //
 // With PDL on, a kernel may be scheduled while the kernel before it on the stream is still
-// running; it must call pdl_wait() before it reads anything an earlier kernel wrote, and before it
-// writes anything an earlier kernel may still read. Work that depends on neither (a GEMM streaming
-// its weights into shared memory) runs before the wait and so overlaps the previous kernel's tail.
+// running; it must call pdl_wait() before it reads anything an earlier kernel of the PDL chain
+// wrote, and before it writes anything an earlier kernel may still read. Work that depends on
+// neither runs before the wait and so overlaps the previous kernel's tail: a GEMM streaming its
+// weights into shared memory, the attention copying the cached window's K/V (everything enqueued
+// before the chain's first kernel, which is launched without PDL, has finished when it starts).
 // pdl_wait() returns when every earlier kernel of the stream has finished and its writes are
 // visible (transitively: the previous kernel itself waited for its own predecessor before it could
 // finish), and at once when the launch carried no PDL attribute, so kernels call it always and the
