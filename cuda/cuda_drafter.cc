@@ -2,6 +2,7 @@
 // a propose is in cuda_forward.cc.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -96,6 +97,10 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
+  if (!plan_.ablate.empty()) {
+    std::fprintf(stderr, "CUDA drafter: ablate=%s: those kernels are not launched, the outputs are wrong (timing only)\n",
+                 options_.kernels.at("ablate").c_str());
+  }
   require_device(options_.device);
   cudaDeviceProp prop;
   DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
@@ -159,6 +164,8 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   gemm_ctx_.mma_columns = plan_.gemm_columns;
   gemm_ctx_.sm_count = sm_count_;
   gemm_ctx_.mma_pipeline = plan_.gemm_pipeline;
+  gemm_ctx_.mma_trigger = plan_.gemm_trigger;
+  gemm_ctx_.mma_lean_solo = plan_.gemm_lean_solo;
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);

@@ -267,6 +267,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   // Every kernel after the first (the embedding, which follows the host's uploads) may start early;
   // taps synchronize between stages, so they gain nothing from it.
   const bool pdl = plan_.pdl && taps == nullptr;
+  // KernelPlan::ablate (timing only) leaves kernels out below; the embedding always runs.
 
   RmsNormArgs norm;
   norm.in = h_.get();
@@ -290,7 +291,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       norm.block_width = width;
       launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
       if (taps) taps->capture("embed", h_.get(), false, width, h, h);
-    } else {
+    } else if (!plan_.ablated("rmsnorm")) {
       launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
     }
     if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
@@ -298,7 +299,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     GemmEpilogue qkv_out;
     qkv_out.out = qkv_out_.get();
     qkv_out.ld_out = q_dim + 2 * kv_dim;
-    enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+    if (!plan_.ablated("qkv")) enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -321,7 +322,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     rope.v_out = v_block_.get();
     rope.ld_kv = kv_dim;
     rope.rows = rows;
-    launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl);
+    if (!plan_.ablated("qk_norm_rope")) launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl);
     if (taps) {
       taps->capture(p + "q", q_.get(), true, width, q_dim, q_dim);
       taps->capture(p + "k", k_block_.get(), true, width, kv_dim, kv_dim);
@@ -352,7 +353,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
     att.ld_out = ld_q_;
-    launch_attention(plan_.attention, att, stream_, pdl);
+    if (!plan_.ablated("attention")) launch_attention(plan_.attention, att, stream_, pdl);
     if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
 
     GemmEpilogue o_out;
@@ -362,12 +363,12 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       o_out.out = o_out_.get();
       o_out.ld_out = h;
     }
-    enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
+    if (!plan_.ablated("o")) enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
     if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
 
     norm.weight = layer.post_norm.get();
     norm.out = y_.get();
-    launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+    if (!plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
     if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
 
     GemmEpilogue gate_up;
@@ -378,7 +379,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       gate_up.out = gate_up_out_.get();
       gate_up.ld_out = 2 * inter;
     }
-    enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
+    if (!plan_.ablated("gate_up")) enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
     if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl);
 
     GemmEpilogue down;
@@ -388,7 +389,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       down.out = mlp_out_.get();
       down.ld_out = h;
     }
-    enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
+    if (!plan_.ablated("down")) enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
     if (taps) {
       taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
       taps->capture(p + "out", h_.get(), false, width, h, h);
@@ -400,7 +401,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   norm.out = hf_.get();
   norm.draft_out = hf_draft_.get();
   norm.block_width = width;
-  launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+  if (!plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
   GemmEpilogue logits;
@@ -411,8 +412,12 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     logits.argmax_index = argmax_index_.get();
     logits.ld_argmax = argmax_blocks(vocab);
   }
-  enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
-  if (plan_.argmax_fused) {
+  if (!plan_.ablated("lm_head")) {
+    enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
+  }
+  if (plan_.ablated("argmax")) {
+    // timing only (KernelPlan::ablate)
+  } else if (plan_.argmax_fused) {
     launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(), stream_,
                          pdl);
   } else {

@@ -50,6 +50,25 @@ const char* gemm_pipeline_name(GemmPipeline pipeline) {
   return "?";
 }
 
+const char* gemm_trigger_name(GemmTrigger trigger) {
+  switch (trigger) {
+    case GemmTrigger::kLoopEnd: return "loop-end";
+    case GemmTrigger::kLastIssue: return "last-issue";
+    case GemmTrigger::kStart: return "start";
+  }
+  return "?";
+}
+
+bool parse_gemm_trigger(const std::string& name, GemmTrigger* out) {
+  for (GemmTrigger t : {GemmTrigger::kLoopEnd, GemmTrigger::kLastIssue, GemmTrigger::kStart}) {
+    if (name == gemm_trigger_name(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
   for (GemmPipeline p : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
     if (name == gemm_pipeline_name(p)) {

@@ -69,6 +69,13 @@ enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
 // split off to 32-column CTAs; kDeepShared is kDeep without either.
 enum class GemmPipeline { kRing, kDeep, kDeepShared };
 const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
+
+// Where the deep pipeline's CTAs let the next kernel of a PDL chain be scheduled (its own pdl_wait
+// still waits for this kernel to finish, so the bits never change): after the main loop
+// (kLoopEnd), once a warp has issued its last weight copy (kLastIssue), or at the start (kStart).
+enum class GemmTrigger { kLoopEnd, kLastIssue, kStart };
+const char* gemm_trigger_name(GemmTrigger trigger);  // "loop-end", "last-issue", "start"
+bool parse_gemm_trigger(const std::string& name, GemmTrigger* out);
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
 const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
@@ -84,6 +91,10 @@ struct GemmContext {
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
   int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the deep pipeline's solo layout
   GemmPipeline mma_pipeline = GemmPipeline::kDeep;  // kMma at m <= 16
+  // kMma's deep pipeline. Measured on an H200 (docs/benchmarks.md, v12): the last-issue trigger and
+  // the lean solo layout together take 14 us off the fp8 batch-1 forward.
+  GemmTrigger mma_trigger = GemmTrigger::kLastIssue;  // with pdl: where the next kernel may be scheduled
+  bool mma_lean_solo = true;  // the solo layout in at most 186 KB of shared memory
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
 

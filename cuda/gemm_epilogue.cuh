@@ -51,20 +51,41 @@ __device__ __forceinline__ void warp_argmax(float& value, int& index) {
 // silu(g) = g / (1 + exp(-g)), fp32, accurate expf (no fast math).
 __device__ __forceinline__ float silu(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
 
-// Called by all 32 lanes of a warp for one output row; lane l holds column col_block + l.
-__device__ __forceinline__ void epilogue_warp(const EpilogueArgs& e, int64_t row, int64_t col_block, float acc) {
+// What the epilogue of element (row, col) reads besides its sum. A kernel may load these early to
+// hide their latency (the mma deep kernel: the weights' scale and bias before the PDL wait, the
+// residual right after it); the arithmetic is the same whenever they were loaded.
+struct EpilogueInputs {
+  float scale = 1.0f, bias = 0.0f, residual = 0.0f;
+};
+
+// The weights' part (scale, bias): no kernel of a forward writes it.
+__device__ __forceinline__ void load_epilogue_constants(const EpilogueArgs& e, int64_t row, int64_t col,
+                                                        EpilogueInputs& in) {
+  if (row < e.m && col < e.n) {
+    if (e.scale != nullptr) in.scale = e.scale[col];
+    if (e.bias != nullptr) in.bias = e.bias[col];
+  }
+}
+// The residual: written by earlier kernels, so read after the PDL wait; only this element's own
+// epilogue writes it.
+__device__ __forceinline__ void load_epilogue_residual(const EpilogueArgs& e, int64_t row, int64_t col,
+                                                       EpilogueInputs& in) {
+  if (row < e.m && col < e.n && e.ep.residual != nullptr) in.residual = e.ep.residual[row * e.ep.ld_residual + col];
+}
+
+// Called by all 32 lanes of a warp for one output row; lane l holds column col_block + l, and `in`
+// that column's inputs (load_epilogue_constants / load_epilogue_residual).
+__device__ __forceinline__ void epilogue_warp_loaded(const EpilogueArgs& e, int64_t row, int64_t col_block, float acc,
+                                                     const EpilogueInputs& in) {
   const int lane = threadIdx.x & 31;
   const int64_t col = col_block + lane;
   const bool valid = row < e.m && col < e.n;
   float v = acc;
   if (valid) {
-    if (e.scale != nullptr) v = __fmul_rn(v, e.scale[col]);
-    if (e.bias != nullptr) v = __fadd_rn(v, e.bias[col]);
+    if (e.scale != nullptr) v = __fmul_rn(v, in.scale);
+    if (e.bias != nullptr) v = __fadd_rn(v, in.bias);
     if (e.ep.out != nullptr) e.ep.out[row * e.ep.ld_out + col] = v;
-    if (e.ep.residual != nullptr) {
-      float* r = e.ep.residual + row * e.ep.ld_residual + col;
-      *r = __fadd_rn(*r, v);
-    }
+    if (e.ep.residual != nullptr) e.ep.residual[row * e.ep.ld_residual + col] = __fadd_rn(in.residual, v);
   }
   if (e.ep.swiglu_out != nullptr) {
     const float up = __shfl_down_sync(0xffffffffu, v, 1);
@@ -83,6 +104,15 @@ __device__ __forceinline__ void epilogue_warp(const EpilogueArgs& e, int64_t row
       e.ep.argmax_index[slot] = best_index;
     }
   }
+}
+
+// epilogue_warp_loaded with its inputs loaded on the spot.
+__device__ __forceinline__ void epilogue_warp(const EpilogueArgs& e, int64_t row, int64_t col_block, float acc) {
+  const int64_t col = col_block + (threadIdx.x & 31);
+  EpilogueInputs in;
+  load_epilogue_constants(e, row, col, in);
+  load_epilogue_residual(e, row, col, in);
+  epilogue_warp_loaded(e, row, col_block, acc, in);
 }
 
 }  // namespace dflash

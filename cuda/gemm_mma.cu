@@ -16,7 +16,9 @@
 // twice the stages, where the grid has at most one CTA per SM; and a partial last wave of 64-column
 // CTAs split off to a launch of 32-column ones; kDeepShared does neither), and
 // each thread loads its activation fragments for the next k-tile straight into registers. The
-// deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream).
+// deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream); its solo layout
+// keeps to 186 KB by default (lean: an attention CTA fits beside it), it loads its epilogue's
+// inputs early, and it lets the next kernel of a PDL chain be scheduled where GemmTrigger says.
 //
 // Fragments. mma.sync m16n8k16 (bf16 in, fp32 accumulate). A dot product does not care which
 // physical k feeds which fragment slot as long as A and B agree, so thread (g = lane/4, t = lane%4)
@@ -134,8 +136,11 @@ struct MmaParams {
   // and stores its sums to partials[z][m][n] (row stride n = epilogue.n) instead of the epilogue.
   int split_tiles;
   float* partials;
-  // The deep kernel only: its CTAs start at column n_begin (the tail launch of a wave split).
+  // The deep kernel only: its CTAs start at column n_begin (the tail launch of a wave split), and
+  // signal the next kernel of a PDL chain where `trigger` says (GemmTrigger).
   int64_t n_begin = 0;
+  GemmTrigger trigger = GemmTrigger::kLoopEnd;
+  bool lean_solo = false;  // the deep kernel's solo layout at most 186 KB (DeepStages::kLean)
 };
 
 // One k-tile of one 16-row m-tile: acc[nt] += A(16 × 64) · W(NT·8 × 64)ᵀ. `a` holds this thread's
@@ -197,12 +202,42 @@ __device__ __forceinline__ void issue_weight_tile(uint8_t* stage, int row_bytes,
   }
 }
 
+// The epilogue items of warp w: (row, 32-column block) pairs item = w, w + kWarps, ... of the CTA's
+// MT·16 rows × NT·8 / 32 column blocks (SwiGLU pairs and argmax blocks keep the 32-column layout).
+template <int MT, int NT>
+struct WarpItems {
+  static constexpr int kColumnBlocks = NT * 8 / kColumns;
+  static constexpr int kCount = MT * 16 * kColumnBlocks / kWarps;
+  static_assert(MT * 16 * kColumnBlocks % kWarps == 0, "every warp runs the same number of items");
+  __device__ __forceinline__ static int item(int j) { return static_cast<int>(threadIdx.x >> 5) + kWarps * j; }
+  __device__ __forceinline__ static int row(int j) { return item(j) / kColumnBlocks; }
+  __device__ __forceinline__ static int column_block(int j) { return (item(j) % kColumnBlocks) * kColumns; }
+};
+
+// Each of this warp's items' epilogue inputs (gemm_epilogue.cuh), for this lane's column: the
+// weights' part (kConstants) and / or the residual (kResidual).
+template <int MT, int NT, bool kConstants, bool kResidual>
+__device__ __forceinline__ void load_item_inputs(EpilogueInputs (&in)[WarpItems<MT, NT>::kCount], const EpilogueArgs& e,
+                                                 int64_t m0, int64_t n0) {
+  using Items = WarpItems<MT, NT>;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < Items::kCount; ++j) {
+    const int64_t row = m0 + Items::row(j), col = n0 + Items::column_block(j) + lane;
+    if constexpr (kConstants) load_epilogue_constants(e, row, col, in[j]);
+    if constexpr (kResidual) load_epilogue_residual(e, row, col, in[j]);
+  }
+}
+
 // The 8 warps' partial sums added in warp order through shared memory (`smem`, free again after a
-// __syncthreads), then one warp per (row, 32-column block) runs the epilogue (SwiGLU pairs and
-// argmax blocks keep the 32-column layout) or stores split-K partials.
-template <int MT, int NT, bool kPartials>
+// __syncthreads), then each warp runs the epilogue of its items or stores split-K partials. With
+// kLoaded the items' inputs are already in `in`; otherwise they are loaded here, while the other
+// warps store their sums.
+template <int MT, int NT, bool kPartials, bool kLoaded>
 __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], uint8_t* smem, const MmaParams& p,
-                                                       int64_t m0, int64_t n0) {
+                                                       int64_t m0, int64_t n0,
+                                                       EpilogueInputs (&in)[WarpItems<MT, NT>::kCount]) {
+  using Items = WarpItems<MT, NT>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   float* reduce_buffer = reinterpret_cast<float*>(smem);  // [kWarps][MT·16][kStride]
@@ -217,10 +252,11 @@ __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], 
         const int c = nt * 8 + 2 * t + (e & 1);
         reduce_buffer[(warp * MT * 16 + r) * kStride + c] = acc[mt][nt][e];
       }
+  if constexpr (!kPartials && !kLoaded) load_item_inputs<MT, NT, true, true>(in, p.epilogue, m0, n0);
   __syncthreads();
-  constexpr int kColumnBlocks = NT * 8 / kColumns;
-  for (int item = warp; item < MT * 16 * kColumnBlocks; item += kWarps) {
-    const int r = item / kColumnBlocks, c = (item % kColumnBlocks) * kColumns + lane;
+#pragma unroll
+  for (int j = 0; j < Items::kCount; ++j) {
+    const int r = Items::row(j), c = Items::column_block(j) + lane;
     // A wide CTA's last column blocks may lie wholly past n: nothing of theirs may be stored (an
     // argmax partial there would land in the next row's first slot). Uniform per warp.
     if (n0 + c - lane >= p.epilogue.n) continue;
@@ -233,7 +269,7 @@ __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], 
         p.partials[(static_cast<int64_t>(blockIdx.z) * p.m + row) * p.epilogue.n + col] = v;
       }
     } else {
-      epilogue_warp(p.epilogue, m0 + r, n0 + c - lane, v);
+      epilogue_warp_loaded(p.epilogue, m0 + r, n0 + c - lane, v, in[j]);
     }
   }
 }
@@ -334,7 +370,8 @@ __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) 
   pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
-  reduce_warps_and_store<MT, NT, kPartials>(acc, smem, p, m0, n0);
+  EpilogueInputs inputs[WarpItems<MT, NT>::kCount];
+  reduce_warps_and_store<MT, NT, kPartials, false>(acc, smem, p, m0, n0, inputs);
 }
 
 // The "deep" pipeline for m <= 16 (GemmContext::mma_pipeline = kDeep): the same work split, k-tile
@@ -344,24 +381,35 @@ __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) 
 // tiles in the ring, the same shared memory holds two to three times the weight bytes in flight.
 // kSolo: the layout for a grid of at most one CTA per SM (launch_deep picks it), which then takes
 // the whole shared memory for its ring instead of half.
-template <bool kFp8, int NT, bool kSolo = false>
+// The ring's stage count: what fits in the CTA's share of shared memory, 2 to 8. kLean (solo only):
+// at most 186 KB, so that a 36 KB attention CTA fits beside it on the SM (and can start its work
+// before the PDL wait while this kernel still streams).
+constexpr int deep_cta_stage_bytes(bool fp8, int nt) { return kWarps * nt * 8 * (fp8 ? kKTile : kKTile * 2 + 16); }
+// Two CTAs per SM when each can still keep >= 3 stages (2 in flight), else one with more.
+constexpr int deep_min_blocks(bool fp8, int nt, bool solo) {
+  return !solo && (110 * 1024) / deep_cta_stage_bytes(fp8, nt) >= 3 ? 2 : 1;
+}
+constexpr int deep_stage_count(bool fp8, int nt, bool solo, bool lean) {
+  const int budget = deep_min_blocks(fp8, nt, solo) == 2 ? 110 * 1024 : (lean ? 186 * 1024 : 220 * 1024);
+  const int fit = budget / deep_cta_stage_bytes(fp8, nt);
+  return fit > 8 ? 8 : (fit < 2 ? 2 : fit);
+}
+
+template <bool kFp8, int NT, bool kSolo = false, bool kLean = false>
 struct DeepStages {
   static constexpr int kWeightRowBytes = kFp8 ? kKTile : kKTile * 2 + 16;  // bf16 rows padded
   static constexpr int kStageBytes = NT * 8 * kWeightRowBytes;
   static constexpr int kCtaStage = kWarps * kStageBytes;
-  // Two CTAs per SM when each can still keep >= 3 stages (2 in flight), else one with more.
-  static constexpr int kMinBlocks = !kSolo && (110 * 1024) / kCtaStage >= 3 ? 2 : 1;
-  static constexpr int kBudget = kMinBlocks == 2 ? 110 * 1024 : 220 * 1024;
-  static constexpr int kFit = kBudget / kCtaStage;
-  static constexpr int kCount = kFit > 8 ? 8 : (kFit < 2 ? 2 : kFit);
+  static constexpr int kMinBlocks = deep_min_blocks(kFp8, NT, kSolo);
+  static constexpr int kCount = deep_stage_count(kFp8, NT, kSolo, kLean);
   static constexpr size_t kSmem = static_cast<size_t>(kCtaStage) * kCount;
   static constexpr size_t kReduceSmem = reduce_smem_bytes(1, NT);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
 };
 
-template <bool kFp8, int NT, bool kSolo>
-__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
-  using L = DeepStages<kFp8, NT, kSolo>;
+template <bool kFp8, int NT, bool kSolo, bool kLean = false>
+__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
+  using L = DeepStages<kFp8, NT, kSolo, kLean>;
   constexpr int S = L::kCount;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -370,6 +418,11 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
   const int64_t n0 = p.n_begin + static_cast<int64_t>(blockIdx.y) * NT * 8;
   const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
   uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
+  // The first call of any thread signals for the whole CTA; later calls change nothing.
+  if (p.trigger == GemmTrigger::kStart) pdl_launch_dependents();
+  // kLastIssue: at the iteration after this warp's last weight copy (its main loop's start when it
+  // has no more than S - 1 k-tiles).
+  const int last_issue = max(tiles - (S - 1), 0);
   // This thread's activation rows g and g + 8 (null past m: their fragments stay zero).
   const uint16_t* rows[2];
 #pragma unroll
@@ -398,16 +451,22 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
     for (int e = 0; e < 4; ++e) acc[0][nt][e] = 0.0f;
 
   // Weights first (they depend on no earlier kernel: before the PDL wait), one commit group per
-  // stage, so "all but the newest S-2 groups complete" means "stage i complete".
+  // stage, so "all but the newest S-2 groups complete" means "stage i complete". The epilogue's
+  // scale and bias are weights too; the residual was written by earlier kernels (after the wait).
+  // Loaded now, their latency hides behind the main loop instead of following the reduction.
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < tiles) issue_weights(s);
     cp_async_commit();
   }
+  EpilogueInputs inputs[WarpItems<1, NT>::kCount];
+  load_item_inputs<1, NT, true, false>(inputs, p.epilogue, m0, n0);
   pdl_wait();
+  load_item_inputs<1, NT, false, true>(inputs, p.epilogue, m0, n0);
   // The next k-tile's activations are loaded at the top of each iteration and land while this
   // one waits for its weights and computes. (Loading 2-3 tiles ahead in an unrolled register ring
-  // was measured 2-10 % slower on an H200, docs/benchmarks.md.)
+  // was measured 2-10 % slower on an H200, and 3 or 7 ahead in the solo layout 10-20 % slower in
+  // the forward: docs/benchmarks.md.)
   uint4 a_now[2][2], a_next[2][2];
   if (tiles > 0) load_activations(a_now, warp);
   for (int i = 0; i < tiles; ++i) {
@@ -416,6 +475,7 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
     __syncwarp();            // ... for every lane, and stage i-1 is no longer read
     if (i + S - 1 < tiles) issue_weights(i + S - 1);
     cp_async_commit();
+    if (p.trigger == GemmTrigger::kLastIssue && i == last_issue) pdl_launch_dependents();
     mma_k_tile<kFp8, NT>(acc[0], a_now, ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, g, t);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -423,12 +483,12 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
       a_now[h][1] = a_next[h][1];
     }
   }
-  // The next kernel may be scheduled from here on: triggered at the start, it would take SM slots
-  // as this kernel's CTAs drain, wherever they free first, and skew its own CTAs across the SMs.
+  // The next kernel may be scheduled from here on (GemmTrigger::kLoopEnd, the default; a no-op
+  // where an earlier trigger ran).
   pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
-  reduce_warps_and_store<1, NT, false>(acc, smem, p, m0, n0);
+  reduce_warps_and_store<1, NT, false, true>(acc, smem, p, m0, n0, inputs);
 }
 
 // Split-K second pass: one warp per (row, 32-column block) adds the splits' partials in split
@@ -482,18 +542,18 @@ void launch(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, i
                 grid, dim3(kThreads), Stages<kFp8, MT, NT>::kTotalSmem, stream, pdl, params);
 }
 
-template <bool kFp8, int NT, bool kSolo>
+template <bool kFp8, int NT, bool kSolo, bool kLean = false>
 void prepare_deep() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT, kSolo>,
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT, kSolo, kLean>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(DeepStages<kFp8, NT, kSolo>::kTotalSmem)));
+                                           static_cast<int>(DeepStages<kFp8, NT, kSolo, kLean>::kTotalSmem)));
   });
 }
 // Whether NT has a distinct solo layout (widths that fit two CTAs per SM; wider ones are solo anyway).
 template <bool kFp8, int NT>
-constexpr bool kHasSolo = DeepStages<kFp8, NT>::kMinBlocks == 2;
+constexpr bool kHasSolo = deep_min_blocks(kFp8, NT, false) == 2;
 
 // The solo layout when allowed and the grid has at most one CTA per SM (sm_count known), else the
 // shared one.
@@ -504,6 +564,15 @@ void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const M
   const dim3 grid(1, static_cast<unsigned>(n_blocks), 1);
   if constexpr (kHasSolo<kFp8, NT>) {
     if (solo && sm_count > 0 && n_blocks <= sm_count) {
+      // The lean layout where it differs (E4M3 at 64 columns and bf16 at 32: 5 stages instead of 6).
+      if constexpr (deep_stage_count(kFp8, NT, true, true) != deep_stage_count(kFp8, NT, true, false)) {
+        if (params.lean_solo) {
+          prepare_deep<kFp8, NT, true, true>();
+          launch_kernel("gemm_mma_deep_kernel (solo, lean)", gemm_mma_deep_kernel<kFp8, NT, true, true>, grid,
+                        dim3(kThreads), DeepStages<kFp8, NT, true, true>::kTotalSmem, stream, pdl, params);
+          return;
+        }
+      }
       prepare_deep<kFp8, NT, true>();
       launch_kernel("gemm_mma_deep_kernel (solo)", gemm_mma_deep_kernel<kFp8, NT, true>, grid, dim3(kThreads),
                     DeepStages<kFp8, NT, true>::kTotalSmem, stream, pdl, params);
@@ -533,7 +602,7 @@ void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, boo
     }
   }
   if (columns >= 64) {
-    if (deep && solo && sm_count > 0 && DeepStages<kFp8, 8>::kMinBlocks == 2) {
+    if (deep && solo && sm_count > 0 && deep_min_blocks(kFp8, 8, false) == 2) {
       // Wave split: 64-column CTAs run two per SM; when their count leaves a last wave of at most
       // one CTA per SM (gate|up on 132 SMs: 384 = 264 + 120), that wave would stream with half
       // the bytes in flight. Its columns go to a second launch of 32-column CTAs instead, two per
@@ -623,10 +692,12 @@ void prepare_gemm_kernels() {
   prepare_deep<true, 4, true>();
   prepare_deep<true, 8, false>();
   prepare_deep<true, 8, true>();
+  prepare_deep<true, 8, true, true>();
   prepare_deep<true, 12, false>();
   prepare_deep<true, 16, false>();
   prepare_deep<false, 4, false>();
   prepare_deep<false, 4, true>();
+  prepare_deep<false, 4, true, true>();
   prepare_deep<false, 8, false>();
   prepare<true, 1, 4, true>();
   prepare<true, 4, 4, true>();
@@ -648,6 +719,8 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   p.epilogue = make_epilogue_args(w, m, epilogue);
   p.split_tiles = p.k_tiles;
   p.partials = nullptr;
+  p.trigger = ctx.mma_trigger;
+  p.lean_solo = ctx.mma_lean_solo;
   const int columns = gemm_mma_columns(ctx.mma_columns, m, w.n, w.format, ctx.sm_count);
   if (fp8) {
     if (m <= 16) launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<true, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);

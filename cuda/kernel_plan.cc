@@ -1,5 +1,7 @@
 #include "cuda/kernel_plan.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dflash {
@@ -75,6 +77,36 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       } else if (!parse_gemm_pipeline(value, &plan.gemm_pipeline)) {
         throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep, deep-shared)");
       }
+    } else if (stage == "gemm_trigger") {
+      if (value == "auto") {
+        plan.gemm_trigger = KernelPlan{}.gemm_trigger;
+      } else if (!parse_gemm_trigger(value, &plan.gemm_trigger)) {
+        throw bad_input("CUDA kernels: gemm_trigger=" + value + " is not a trigger point (loop-end, last-issue, start)");
+      }
+    } else if (stage == "gemm_solo_smem") {
+      if (value == "auto") {
+        plan.gemm_lean_solo = KernelPlan{}.gemm_lean_solo;
+      } else if (value == "full" || value == "lean") {
+        plan.gemm_lean_solo = value == "lean";
+      } else {
+        throw bad_input("CUDA kernels: gemm_solo_smem=" + value + " is not a size (full, lean)");
+      }
+    } else if (stage == "ablate") {
+      plan.ablate.clear();
+      static const std::set<std::string> kAblatable = {"rmsnorm", "qk_norm_rope", "attention", "qkv", "o",
+                                                       "gate_up", "down", "lm_head", "argmax"};
+      size_t begin = 0;
+      while (value != "none" && begin <= value.size()) {
+        const size_t end = std::min(value.find('+', begin), value.size());
+        const std::string kernel = value.substr(begin, end - begin);
+        if (kAblatable.count(kernel) == 0) {
+          throw bad_input("CUDA kernels: ablate=" + value + ": '" + kernel +
+                          "' is not a block-forward kernel (rmsnorm, qk_norm_rope, attention, qkv, o, gate_up, down, "
+                          "lm_head, argmax; '+' between them, or none)");
+        }
+        plan.ablate.insert(kernel);
+        begin = end + 1;
+      }
     } else if (stage == "pdl") {
       if (value == "on" || value == "auto") {
         plan.pdl = true;
@@ -85,7 +117,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       }
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_pipeline, pdl)");
+                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -132,7 +164,16 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
       break;
   }
   d.emplace_back("kernel.gemm_pipeline", pipeline_text);
+  d.emplace_back("kernel.gemm_trigger", std::string(gemm_trigger_name(plan.gemm_trigger)) +
+                                            " (deep pipeline: where its CTAs let the next kernel be scheduled)");
+  d.emplace_back("kernel.gemm_solo_smem", plan.gemm_lean_solo ? "lean (at most 186 KB: an attention CTA fits beside it)"
+                                                              : "full (up to 220 KB)");
   d.emplace_back("kernel.pdl", plan.pdl ? "on (block forward)" : "off");
+  if (!plan.ablate.empty()) {
+    std::string list;
+    for (const std::string& k : plan.ablate) list += (list.empty() ? "" : "+") + k;
+    d.emplace_back("kernel.ablate", list + " NOT LAUNCHED: timing only, the outputs are wrong");
+  }
   std::string fallbacks;
   for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;
   d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);

@@ -17,11 +17,21 @@
 //   gemm_pipeline deep (default), deep-shared, ring: how the mma kernel streams operands at m <= 16 (only the
 //                 weights through a deep shared-memory ring with the activations in registers, or
 //                 weights and activations through a shallower ring; bits do not change with it)
+//   gemm_trigger  last-issue (default), loop-end, start: where the deep pipeline's CTAs let the next
+//                 kernel of the PDL chain be scheduled: once a warp has issued its last weight
+//                 copy, after the main loop, or at the start (bits do not change with it)
+//   gemm_solo_smem lean (default), full: the deep pipeline's solo layout takes at most 186 KB of shared
+//                 memory, so that an attention CTA fits beside it, or up to 220 KB (bits do not change)
+//   ablate        none (default), or a '+'-separated list of rmsnorm, qk_norm_rope, attention,
+//                 qkv, o, gate_up, down, lm_head, argmax: TIMING ONLY, those kernels of the block
+//                 forward are not launched, so the outputs are wrong; what a kernel class costs
+//                 inside the graph is the time it saves (docs/benchmarks.md)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
 //                 kernels (each next kernel is scheduled early and GEMMs stream weights before
 //                 the previous kernel ends; bits do not change with it)
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,7 +55,11 @@ struct KernelPlan {
   bool argmax_fused = true;
   int gemm_columns = 0;  // 0: auto
   GemmPipeline gemm_pipeline = GemmPipeline::kDeep;
+  GemmTrigger gemm_trigger = GemmContext{}.mma_trigger;
+  bool gemm_lean_solo = GemmContext{}.mma_lean_solo;
   bool pdl = true;
+  std::set<std::string> ablate;  // block-forward kernels not launched (timing only)
+  bool ablated(const char* kernel) const { return ablate.count(kernel) != 0; }
   std::vector<std::string> fallbacks;  // "stage: wanted -> used (why)"
 
   // Rows above which ctx_gemm=auto hands bf16-weight context GEMMs to cuBLASLt.

@@ -101,6 +101,33 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(resolve_kernel_plan({{"gemm_cols", "auto"}}, 128).gemm_columns, 0);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols", "48"}}, 128); }),
             "CUDA kernels: gemm_cols=48 is not a width (auto, 32, 64, 96, 128)");
+  EXPECT_EQ(d.gemm_trigger, GemmTrigger::kLastIssue);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_trigger", "start"}}, 128).gemm_trigger, GemmTrigger::kStart);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_trigger", "loop-end"}}, 128).gemm_trigger, GemmTrigger::kLoopEnd);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_trigger", "auto"}}, 128).gemm_trigger, KernelPlan{}.gemm_trigger);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_trigger", "early"}}, 128); }),
+            "CUDA kernels: gemm_trigger=early is not a trigger point (loop-end, last-issue, start)");
+  EXPECT_TRUE(d.gemm_lean_solo);
+  EXPECT_FALSE(resolve_kernel_plan({{"gemm_solo_smem", "full"}}, 128).gemm_lean_solo);
+  EXPECT_TRUE(resolve_kernel_plan({{"gemm_solo_smem", "lean"}}, 128).gemm_lean_solo);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_solo_smem", "auto"}}, 128).gemm_lean_solo, KernelPlan{}.gemm_lean_solo);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_solo_smem", "small"}}, 128); }),
+            "CUDA kernels: gemm_solo_smem=small is not a size (full, lean)");
+  // ablate (timing only): parsed, described loudly, unknown kernels refused.
+  EXPECT_TRUE(d.ablate.empty());
+  const KernelPlan ab = resolve_kernel_plan({{"ablate", "rmsnorm+attention"}}, 128);
+  EXPECT_TRUE(ab.ablated("rmsnorm"));
+  EXPECT_TRUE(ab.ablated("attention"));
+  EXPECT_FALSE(ab.ablated("o"));
+  bool loud = false;
+  for (const auto& [k, v] : describe_kernel_plan(ab, true)) {
+    if (k == "kernel.ablate") loud = v.find("attention+rmsnorm NOT LAUNCHED") == 0;
+  }
+  EXPECT_TRUE(loud);
+  EXPECT_TRUE(resolve_kernel_plan({{"ablate", "none"}}, 128).ablate.empty());
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"ablate", "rmsnorm+softmax"}}, 128); }),
+            "CUDA kernels: ablate=rmsnorm+softmax: 'softmax' is not a block-forward kernel (rmsnorm, qk_norm_rope, "
+            "attention, qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
             "CUDA kernels: pdl=maybe is not a setting (on, off)");
 

@@ -339,7 +339,7 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA width and pipeline and programmatic dependent launch change only how work is run: the
+  // The GEMM's CTA width, pipeline and PDL trigger point and programmatic dependent launch change only how work is run: the
   // drafter's outputs must be the same bits as the default's, graphs on and off, in both modes.
   const DrafterConfig c = make_config(small_geometry(64));
   const auto w = make_random_weights(c, 12);
@@ -351,7 +351,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
       const auto expected = run_script(base, script());
       const std::vector<std::pair<std::string, std::string>> levers = {
           {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
-          {"gemm_pipeline", "deep-shared"}, {"pdl", "off"}};
+          {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
+          {"gemm_solo_smem", "full"}, {"pdl", "off"}};
       for (const auto& [stage, value] : levers) {
         CudaOptions o = defaults;
         o.kernels[stage] = value;

@@ -348,7 +348,8 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
 // k-tiles (6 of 8 warps idle) to 64, 45 of them uneven over the warps. The deep pipeline runs
 // with the device's SM count (its solo layout where the grid has at most one CTA per SM), with 3
 // (the shared one) and with 7 (n = 1000 at 64 columns: 16 CTAs, one wave of 14 and a tail of 2,
-// which goes to a second launch of 32-column CTAs).
+// which goes to a second launch of 32-column CTAs). The solo layout also runs lean (186 KB: fewer
+// stages at E4M3 64 columns and bf16 32).
 TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
   const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}, {1000, 2880, true}};
   int device_sms = 0;
@@ -362,10 +363,11 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
       for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 5, i, -3.0f, 3.0f);
       for (int64_t m : {1, 5, 16}) {
         // All four epilogues at once; returns every output's bits.
-        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count) {
+        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count, bool lean) {
           ctx_.mma_columns = columns;
           ctx_.mma_pipeline = pipeline;
           ctx_.sm_count = sm_count;
+          ctx_.mma_lean_solo = lean;
           DeviceBuffer<float> out(static_cast<size_t>(m * s.n)), residual(static_cast<size_t>(m * s.n)),
               values(static_cast<size_t>(m * argmax_blocks(s.n)));
           DeviceBuffer<int32_t> indices(values.size());
@@ -396,18 +398,22 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           append(indices.get(), indices.bytes());
           return bits;
         };
-        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing, device_sms);
+        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing, device_sms, false);
         for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
           for (int columns : {32, 64, 96, 128}) {
             if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
             for (int sms : {device_sms, 3, 7}) {
               if (pipeline != GemmPipeline::kDeep && sms != device_sms) continue;  // only its layout depends on it
-              const std::vector<uint32_t> wide = outputs(columns, pipeline, sms);
-              ASSERT_EQ(wide.size(), narrow.size());
-              for (size_t i = 0; i < wide.size(); ++i) {
-                ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
-                                              << " k=" << s.k << " m=" << m << " columns " << columns << " "
-                                              << gemm_pipeline_name(pipeline) << " on " << sms << " SMs, word " << i;
+              for (bool lean : {false, true}) {  // the solo layout's 186 KB variant
+                if (lean && (pipeline != GemmPipeline::kDeep || sms != device_sms)) continue;
+                const std::vector<uint32_t> wide = outputs(columns, pipeline, sms, lean);
+                ASSERT_EQ(wide.size(), narrow.size());
+                for (size_t i = 0; i < wide.size(); ++i) {
+                  ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
+                                                << " k=" << s.k << " m=" << m << " columns " << columns << " "
+                                                << gemm_pipeline_name(pipeline) << (lean ? " lean" : "") << " on " << sms
+                                                << " SMs, word " << i;
+                }
               }
             }
           }
@@ -415,6 +421,7 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
       }
       ctx_.mma_columns = 0;
       ctx_.mma_pipeline = GemmContext{}.mma_pipeline;
+      ctx_.mma_lean_solo = GemmContext{}.mma_lean_solo;
       ctx_.sm_count = 0;
     }
   }
