@@ -25,7 +25,7 @@
 #     and 4096) under each DFLASH_CUDA_KERNELS value, one line each in sweep.txt, to choose between
 #     kernel levers in one call; --bench-only skips every test and the default benchmark (for such
 #     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
-#     --hot, L2-resident weights) and the sweeps.
+#     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out.
 #     Exit 0 when every step passed, 1 otherwise.
 # Example (from the lead's session):
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
@@ -39,6 +39,7 @@ profile=0
 variants=()
 sweeps=()
 bench_only=0
+gemm_bench=1
 build_dir=build-cuda
 out_dir=${OUT:-}
 while (($#)); do
@@ -51,6 +52,7 @@ while (($#)); do
     --variant) variants+=("$2"); shift ;;
     --sweep) sweeps+=("$2"); shift ;;
     --bench-only) bench_only=1 ;;
+    --no-gemm-bench) gemm_bench=0 ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -175,7 +177,9 @@ gemm_benches() {
   echo; echo "--hot: the same weights every launch (L2-resident when they fit)"
   .gpu/gemm_bench --m 16 --format e4m3 --hot || return 1
 }
-if gemm_benches >"$out_dir/gemm-bench.log" 2>&1; then
+if ((gemm_bench == 0)); then
+  note "--no-gemm-bench: the GEMM kernel benchmark was not run"
+elif gemm_benches >"$out_dir/gemm-bench.log" 2>&1; then
   note "PASS gemm_bench (gemm-bench.log)"
 else
   note "FAIL gemm_bench (see gemm-bench.log)"

@@ -67,7 +67,10 @@ size_t attention_simple_smem_bytes(int64_t max_keys);
 size_t attention_simple_max_smem_bytes();
 
 // pdl: launch with programmatic dependent launch (cuda/launch.cuh; every kernel here waits first).
-void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false);
+// chunks / combine false leave the split-KV kernel / the combine kernel out: timing only
+// (KernelPlan::ablate), the output is then wrong.
+void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false,
+                      bool chunks = true, bool combine = true);
 
 // Sets the kernels' shared-memory limits and loads them, so that nothing happens for the first
 // time inside a graph capture.

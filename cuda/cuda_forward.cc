@@ -353,7 +353,9 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
     att.ld_out = ld_q_;
-    if (!plan_.ablated("attention")) launch_attention(plan_.attention, att, stream_, pdl);
+    if (!plan_.ablated("attention")) {
+      launch_attention(plan_.attention, att, stream_, pdl, !plan_.ablated("attention_chunks"), !plan_.ablated("combine"));
+    }
     if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
 
     GemmEpilogue o_out;

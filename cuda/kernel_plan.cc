@@ -93,16 +93,16 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       }
     } else if (stage == "ablate") {
       plan.ablate.clear();
-      static const std::set<std::string> kAblatable = {"rmsnorm", "qk_norm_rope", "attention", "qkv", "o",
-                                                       "gate_up", "down", "lm_head", "argmax"};
+      static const std::set<std::string> kAblatable = {"rmsnorm", "qk_norm_rope", "attention", "attention_chunks",
+                                                       "combine", "qkv", "o", "gate_up", "down", "lm_head", "argmax"};
       size_t begin = 0;
       while (value != "none" && begin <= value.size()) {
         const size_t end = std::min(value.find('+', begin), value.size());
         const std::string kernel = value.substr(begin, end - begin);
         if (kAblatable.count(kernel) == 0) {
           throw bad_input("CUDA kernels: ablate=" + value + ": '" + kernel +
-                          "' is not a block-forward kernel (rmsnorm, qk_norm_rope, attention, qkv, o, gate_up, down, "
-                          "lm_head, argmax; '+' between them, or none)");
+                          "' is not a block-forward kernel (rmsnorm, qk_norm_rope, attention, attention_chunks, combine, "
+                          "qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
         }
         plan.ablate.insert(kernel);
         begin = end + 1;

@@ -22,8 +22,8 @@
 //                 copy, after the main loop, or at the start (bits do not change with it)
 //   gemm_solo_smem lean (default), full: the deep pipeline's solo layout takes at most 186 KB of shared
 //                 memory, so that an attention CTA fits beside it, or up to 220 KB (bits do not change)
-//   ablate        none (default), or a '+'-separated list of rmsnorm, qk_norm_rope, attention,
-//                 qkv, o, gate_up, down, lm_head, argmax: TIMING ONLY, those kernels of the block
+//   ablate        none (default), or a '+'-separated list of rmsnorm, qk_norm_rope, attention (both
+//                 kernels), attention_chunks, combine, qkv, o, gate_up, down, lm_head, argmax: TIMING ONLY, those kernels of the block
 //                 forward are not launched, so the outputs are wrong; what a kernel class costs
 //                 inside the graph is the time it saves (docs/benchmarks.md)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's

@@ -127,7 +127,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_TRUE(resolve_kernel_plan({{"ablate", "none"}}, 128).ablate.empty());
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"ablate", "rmsnorm+softmax"}}, 128); }),
             "CUDA kernels: ablate=rmsnorm+softmax: 'softmax' is not a block-forward kernel (rmsnorm, qk_norm_rope, "
-            "attention, qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
+            "attention, attention_chunks, combine, qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
             "CUDA kernels: pdl=maybe is not a setting (on, off)");
 
