@@ -483,8 +483,8 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
       a_now[h][1] = a_next[h][1];
     }
   }
-  // The next kernel may be scheduled from here on (GemmTrigger::kLoopEnd, the default; a no-op
-  // where an earlier trigger ran).
+  // The next kernel may be scheduled from here on (GemmTrigger::kLoopEnd; a no-op where an earlier
+  // trigger ran).
   pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
