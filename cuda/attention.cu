@@ -499,12 +499,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
 // time, in shared memory); every thread then adds its columns over the chunks in chunk order. The
 // arithmetic, and so every bit, is that of the one-thread-per-column loop: m = max_c m_c,
 // l = Σ_c exp(m_c - m)·l_c and o = Σ_c exp(m_c - m)·O_c in chunk order, out = bf16(o / l).
-// Latency: the partial O values are loaded kCombineGroup chunks at a time into registers before
-// they are added (one L2 round trip per group, not one per few chunks), and the first group is
-// loaded right after the PDL wait, while the maxima are still being reduced.
 constexpr int kCombineThreads = 128;
 constexpr int kCombineTile = 256;  // chunks whose weights sit in shared memory at once
-constexpr int kCombineGroup = 32;  // chunks whose partial O values are loaded at once
 
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(AttentionArgs a) {
   pdl_launch_dependents();
@@ -522,21 +518,6 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
   const float* max_sum = a.partial_max_sum + base * 2;
   const float* partial = a.partial_out + base * d;
 
-  constexpr int kColumns = kAttentionMaxHeadDim / kCombineThreads;  // columns threadIdx.x + k·kCombineThreads
-  // values[k][j] = O_{c0 + j} at this thread's column k, for chunks c0 .. c0 + kCombineGroup - 1 below `end`.
-  float values[kColumns][kCombineGroup];
-  auto load_group = [&](int c0, int end) {
-#pragma unroll
-    for (int k = 0; k < kColumns; ++k) {
-      const int e = threadIdx.x + k * kCombineThreads;
-#pragma unroll
-      for (int j = 0; j < kCombineGroup; ++j) {
-        values[k][j] = e < d && c0 + j < end ? partial[static_cast<int64_t>(c0 + j) * d + e] : 0.0f;
-      }
-    }
-  };
-  load_group(0, min(chunks, kCombineTile));
-
   // m: the max is exact, so the threads may take the chunks in any grouping.
   float m = -INFINITY;
   for (int c = threadIdx.x; c < chunks; c += kCombineThreads) m = fmaxf(m, max_sum[c * 2]);
@@ -547,6 +528,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
   for (int w = 1; w < kCombineThreads / 32; ++w) m = fmaxf(m, warp_maxima[w]);
 
   float l = 0.0f;
+  constexpr int kColumns = kAttentionMaxHeadDim / kCombineThreads;  // columns threadIdx.x + k·kCombineThreads
   float o[kColumns];
 #pragma unroll
   for (int k = 0; k < kColumns; ++k) o[k] = 0.0f;
@@ -560,15 +542,14 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
     }
     __syncthreads();
     for (int c = 0; c < count; ++c) l = __fadd_rn(l, weighted_sum[c]);
-    for (int g0 = 0; g0 < count; g0 += kCombineGroup) {
-      if (c0 + g0 != 0) load_group(c0 + g0, c0 + count);  // group 0 was loaded before the maxima
 #pragma unroll
-      for (int k = 0; k < kColumns; ++k) {
+    for (int k = 0; k < kColumns; ++k) {
+      const int e = threadIdx.x + k * kCombineThreads;
+      if (e < d) {
+        const float* column = partial + static_cast<int64_t>(c0) * d + e;
         float acc = o[k];
-#pragma unroll
-        for (int j = 0; j < kCombineGroup; ++j) {
-          if (g0 + j < count) acc = __fadd_rn(acc, __fmul_rn(weight[g0 + j], values[k][j]));
-        }
+#pragma unroll 4
+        for (int c = 0; c < count; ++c) acc = __fadd_rn(acc, __fmul_rn(weight[c], column[static_cast<int64_t>(c) * d]));
         o[k] = acc;
       }
     }

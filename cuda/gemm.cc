@@ -1,5 +1,6 @@
 #include "cuda/gemm.h"
 
+#include <cstddef>
 #include <string>
 
 #include "core/error.h"
@@ -21,6 +22,22 @@ DeviceMatrixView DeviceMatrixView::rows(int64_t first, int64_t count) const {
   return v;
 }
 
+namespace {
+
+// The value of `values` whose name_of(value) is `name`.
+template <typename E, size_t N>
+bool parse_named(const std::string& name, const E (&values)[N], const char* (*name_of)(E), E* out) {
+  for (E value : values) {
+    if (name == name_of(value)) {
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 const char* gemm_kernel_name(GemmKernel kernel) {
   switch (kernel) {
     case GemmKernel::kMma: return "mma";
@@ -32,13 +49,8 @@ const char* gemm_kernel_name(GemmKernel kernel) {
 }
 
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
-  for (GemmKernel k : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
-    if (name == gemm_kernel_name(k)) {
-      *out = k;
-      return true;
-    }
-  }
-  return false;
+  const GemmKernel all[] = {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK};
+  return parse_named(name, all, gemm_kernel_name, out);
 }
 
 const char* gemm_pipeline_name(GemmPipeline pipeline) {
@@ -59,24 +71,14 @@ const char* gemm_trigger_name(GemmTrigger trigger) {
   return "?";
 }
 
-bool parse_gemm_trigger(const std::string& name, GemmTrigger* out) {
-  for (GemmTrigger t : {GemmTrigger::kLoopEnd, GemmTrigger::kLastIssue, GemmTrigger::kStart}) {
-    if (name == gemm_trigger_name(t)) {
-      *out = t;
-      return true;
-    }
-  }
-  return false;
+bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
+  const GemmPipeline all[] = {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared};
+  return parse_named(name, all, gemm_pipeline_name, out);
 }
 
-bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
-  for (GemmPipeline p : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
-    if (name == gemm_pipeline_name(p)) {
-      *out = p;
-      return true;
-    }
-  }
-  return false;
+bool parse_gemm_trigger(const std::string& name, GemmTrigger* out) {
+  const GemmTrigger all[] = {GemmTrigger::kLoopEnd, GemmTrigger::kLastIssue, GemmTrigger::kStart};
+  return parse_named(name, all, gemm_trigger_name, out);
 }
 
 int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad) {

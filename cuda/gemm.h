@@ -69,6 +69,7 @@ enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
 // split off to 32-column CTAs; kDeepShared is kDeep without either.
 enum class GemmPipeline { kRing, kDeep, kDeepShared };
 const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
+bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
 
 // Where the deep pipeline's CTAs let the next kernel of a PDL chain be scheduled (its own pdl_wait
 // still waits for this kernel to finish, so the bits never change): after the main loop
@@ -76,7 +77,7 @@ const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep
 enum class GemmTrigger { kLoopEnd, kLastIssue, kStart };
 const char* gemm_trigger_name(GemmTrigger trigger);  // "loop-end", "last-issue", "start"
 bool parse_gemm_trigger(const std::string& name, GemmTrigger* out);
-bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
+
 const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
