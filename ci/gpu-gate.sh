@@ -23,7 +23,8 @@
 #     report of one GEMM launch per block-forward shape (ncu-gemm.txt).
 #     --sweep KERNELS (repeatable) times only the fp8 propose benchmark at batch 1 (contexts 1024
 #     and 4096) under each DFLASH_CUDA_KERNELS value, one line each in sweep.txt, to choose between
-#     kernel levers in one call; --bench-only skips every test and the default benchmark (for such
+#     kernel levers in one call (--sweep-batches "1 8 32" times those batch sizes instead of 1);
+#     --bench-only skips every test and the default benchmark (for such
 #     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
 #     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out.
 #     Exit 0 when every step passed, 1 otherwise.
@@ -38,6 +39,7 @@ quick=0
 profile=0
 variants=()
 sweeps=()
+sweep_batches="1"
 bench_only=0
 gemm_bench=1
 build_dir=build-cuda
@@ -51,6 +53,7 @@ while (($#)); do
     --out) out_dir=$2; shift ;;
     --variant) variants+=("$2"); shift ;;
     --sweep) sweeps+=("$2"); shift ;;
+    --sweep-batches) sweep_batches=$2; shift ;;
     --bench-only) bench_only=1 ;;
     --no-gemm-bench) gemm_bench=0 ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
@@ -187,7 +190,8 @@ else
 fi
 
 for v in "${sweeps[@]}"; do
-  if DFLASH_CUDA_KERNELS="$v" .gpu/cuda_propose_bench --precisions fp8 --batches 1 --contexts 1024 4096 \
+  # shellcheck disable=SC2086 # the batch sizes are separate words
+  if DFLASH_CUDA_KERNELS="$v" .gpu/cuda_propose_bench --precisions fp8 --batches $sweep_batches --contexts 1024 4096 \
        >"$out_dir/sweep-one.log" 2>&1; then
     grep -E "^  fp8 +batch" "$out_dir/sweep-one.log" | sed "s|^|[$v] |" | tee -a "$out_dir/sweep.txt" >>"$summary"
   else

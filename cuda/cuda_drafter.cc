@@ -162,6 +162,12 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   }
   gemm_ctx_.stream = stream_;
   gemm_ctx_.mma_columns = plan_.gemm_columns;
+  if (plan_.gemm_columns_m64 == 64 && !fp8_) {
+    plan_.fallbacks.push_back("gemm_cols_m64: 64 -> 32 (bf16 weights: two ring stages of 64 columns do not fit in "
+                              "shared memory)");
+    plan_.gemm_columns_m64 = 32;
+  }
+  gemm_ctx_.mma_columns_m64 = plan_.gemm_columns_m64;
   gemm_ctx_.sm_count = sm_count_;
   gemm_ctx_.mma_pipeline = plan_.gemm_pipeline;
   gemm_ctx_.mma_trigger = plan_.gemm_trigger;

@@ -623,6 +623,18 @@ void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, boo
   }
 }
 
+// The m > 16 launch (64-row tiles) with the CTA width of gemm_mma_columns_m64.
+template <bool kFp8>
+void launch_large_m(int columns, cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, int64_t n) {
+  if constexpr (kFp8) {
+    if (columns == 64) {
+      launch<kFp8, 4, 8>(stream, pdl, params, m, n);
+      return;
+    }
+  }
+  launch<kFp8, 4, 4>(stream, pdl, params, m, n);
+}
+
 void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
   if (w.k_pad % kKTile != 0 || lda % 8 != 0 || lda < w.k_pad || (reinterpret_cast<uintptr_t>(a) & 15) != 0 ||
       (reinterpret_cast<uintptr_t>(w.data) & 15) != 0) {
@@ -632,6 +644,10 @@ void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const D
 }
 
 }  // namespace
+
+int gemm_mma_columns_m64(int requested, WeightFormat format) {
+  return requested != 32 && format == WeightFormat::kE4M3 ? 64 : 32;
+}
 
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
   if (m > 16) return 32;
@@ -685,6 +701,7 @@ void prepare_gemm_kernels() {
   prepare<true, 1, 8>();
   prepare<true, 1, 16>();
   prepare<true, 4, 4>();
+  prepare<true, 4, 8>();
   prepare<false, 1, 4>();
   prepare<false, 1, 8>();
   prepare<false, 4, 4>();
@@ -723,7 +740,11 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   p.lean_solo = ctx.mma_lean_solo;
   const int columns = gemm_mma_columns(ctx.mma_columns, m, w.n, w.format, ctx.sm_count);
   if (fp8) {
-    if (m <= 16) launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<true, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
+    if (m <= 16) {
+      launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n);
+    } else {
+      launch_large_m<true>(gemm_mma_columns_m64(ctx.mma_columns_m64, w.format), ctx.stream, ctx.pdl, p, m, w.n);
+    }
   } else {
     if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   }

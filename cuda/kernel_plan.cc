@@ -71,6 +71,14 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       } else {
         throw bad_input("CUDA kernels: gemm_cols=" + value + " is not a width (auto, 32, 64, 96, 128)");
       }
+    } else if (stage == "gemm_cols_m64") {
+      if (value == "auto") {
+        plan.gemm_columns_m64 = 0;
+      } else if (value == "32" || value == "64") {
+        plan.gemm_columns_m64 = std::stoi(value);
+      } else {
+        throw bad_input("CUDA kernels: gemm_cols_m64=" + value + " is not a width (auto, 32, 64)");
+      }
     } else if (stage == "gemm_pipeline") {
       if (value == "auto") {
         plan.gemm_pipeline = KernelPlan{}.gemm_pipeline;
@@ -117,7 +125,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       }
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
+                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -150,6 +158,11 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.gemm_cols", plan.gemm_columns == 0 ? "auto (m <= 16: 32 or 64 columns per CTA, whichever gives the "
                                                               "busiest SM the fewest weight rows)"
                                                             : std::to_string(plan.gemm_columns) + " (m <= 16)");
+  d.emplace_back("kernel.gemm_cols_m64",
+                 plan.gemm_columns_m64 == 0
+                     ? std::string("auto (m > 16: ") + (fp8 ? "64" : "32") + " columns per CTA for " + (fp8 ? "E4M3" : "bf16") +
+                           " weights)"
+                     : std::to_string(plan.gemm_columns_m64) + " (m > 16: 64-row tiles)");
   const char* pipeline_text = "";
   switch (plan.gemm_pipeline) {
     case GemmPipeline::kRing: pipeline_text = "ring (weights and activations through a shared-memory ring)"; break;

@@ -14,6 +14,9 @@
 //   argmax        fused (default: partials in the lm_head GEMM's epilogue), separate
 //   gemm_cols     auto (default: by weight shape), 32, 64, 96, 128: the mma kernel's CTA width at
 //                 m <= 16 (bits do not change with it)
+//   gemm_cols_m64 auto (default: 64 for E4M3 weights, 32 for bf16), 32, 64: the mma kernel's CTA
+//                 width at m > 16 (64-row tiles; 64 with bf16 weights falls back to 32 and the plan
+//                 says so; bits do not change with it)
 //   gemm_pipeline deep (default), deep-shared, ring: how the mma kernel streams operands at m <= 16 (only the
 //                 weights through a deep shared-memory ring with the activations in registers, or
 //                 weights and activations through a shallower ring; bits do not change with it)
@@ -54,6 +57,7 @@ struct KernelPlan {
   bool swiglu_fused = true;
   bool argmax_fused = true;
   int gemm_columns = 0;  // 0: auto
+  int gemm_columns_m64 = GemmContext{}.mma_columns_m64;  // 0: auto
   GemmPipeline gemm_pipeline = GemmPipeline::kDeep;
   GemmTrigger gemm_trigger = GemmContext{}.mma_trigger;
   bool gemm_lean_solo = GemmContext{}.mma_lean_solo;

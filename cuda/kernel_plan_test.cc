@@ -82,17 +82,31 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(d.gemm_columns, 0);
   EXPECT_TRUE(d.pdl);
   EXPECT_EQ(d.gemm_pipeline, GemmPipeline::kDeep);
-  const KernelPlan w = resolve_kernel_plan({{"gemm_cols", "128"}, {"pdl", "off"}, {"gemm_pipeline", "ring"}}, 128);
+  EXPECT_EQ(d.gemm_columns_m64, 0);  // auto: by weight format
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_cols_m64", "32"}}, 128).gemm_columns_m64, 32);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm_cols_m64", "auto"}}, 128).gemm_columns_m64, 0);
+  const KernelPlan w = resolve_kernel_plan(
+      {{"gemm_cols", "128"}, {"pdl", "off"}, {"gemm_pipeline", "ring"}, {"gemm_cols_m64", "64"}}, 128);
   EXPECT_EQ(w.gemm_columns, 128);
+  EXPECT_EQ(w.gemm_columns_m64, 64);
   EXPECT_FALSE(w.pdl);
   EXPECT_EQ(w.gemm_pipeline, GemmPipeline::kRing);
   int launch_entries = 0;
   for (const auto& [k, v] : describe_kernel_plan(w, true)) {
     if (k == "kernel.gemm_cols") launch_entries += v == "128 (m <= 16)";
+    if (k == "kernel.gemm_cols_m64") launch_entries += v == "64 (m > 16: 64-row tiles)";
     if (k == "kernel.pdl") launch_entries += v == "off";
     if (k == "kernel.gemm_pipeline") launch_entries += v.rfind("ring", 0) == 0;
   }
-  EXPECT_EQ(launch_entries, 3);
+  EXPECT_EQ(launch_entries, 4);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols_m64", "128"}}, 128); }),
+            "CUDA kernels: gemm_cols_m64=128 is not a width (auto, 32, 64)");
+  // 64 columns at m > 16 exist for E4M3 weights only; m <= 16 never asks this rule.
+  EXPECT_EQ(gemm_mma_columns_m64(0, WeightFormat::kE4M3), 64);
+  EXPECT_EQ(gemm_mma_columns_m64(64, WeightFormat::kE4M3), 64);
+  EXPECT_EQ(gemm_mma_columns_m64(32, WeightFormat::kE4M3), 32);
+  EXPECT_EQ(gemm_mma_columns_m64(0, WeightFormat::kBf16), 32);
+  EXPECT_EQ(gemm_mma_columns_m64(64, WeightFormat::kBf16), 32);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_pipeline", "wide"}}, 128); }),
             "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep, deep-shared)");
   EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep-shared"}}, 128).gemm_pipeline, GemmPipeline::kDeepShared);

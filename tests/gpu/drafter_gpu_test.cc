@@ -352,7 +352,7 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
       const std::vector<std::pair<std::string, std::string>> levers = {
           {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
           {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
-          {"gemm_solo_smem", "full"}, {"pdl", "off"}};
+          {"gemm_solo_smem", "full"}, {"pdl", "off"}, {"gemm_cols_m64", "32"}};
       for (const auto& [stage, value] : levers) {
         CudaOptions o = defaults;
         o.kernels[stage] = value;

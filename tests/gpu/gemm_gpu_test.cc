@@ -341,8 +341,9 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
   }
 }
 
-// The mma kernel's CTA width (32, 64, 96 or 128 columns at m <= 16) and pipeline (ring, deep)
-// change which CTA computes an element and how its operands arrive, never its sum: every epilogue's
+// The mma kernel's CTA width (32, 64, 96 or 128 columns at m <= 16; 32 or 64 above, gemm_cols_m64)
+// and pipeline (ring, deep) change which CTA computes an element and how its operands arrive,
+// never its sum: every epilogue's
 // output must be the same bits in every combination as with the 32-column ring (which the tests
 // above check against the CPU). The shapes leave the last wide CTA partly empty; K runs from 2
 // k-tiles (6 of 8 warps idle) to 64, 45 of them uneven over the warps. The deep pipeline runs
@@ -357,13 +358,14 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
   for (const Shape& s : shapes) {
     for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
       const Problem p = make_problem(s.n, s.k, format, s.bias, 41 + s.n, stream_);
-      const Tensor a = random_activations(16, s.k, 43);
+      const Tensor a = random_activations(100, s.k, 43);
       const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(s.k));
-      std::vector<float> residual0(static_cast<size_t>(16 * s.n));
+      std::vector<float> residual0(static_cast<size_t>(100 * s.n));
       for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 5, i, -3.0f, 3.0f);
-      for (int64_t m : {1, 5, 16}) {
+      for (int64_t m : {1, 5, 16, 17, 64, 100}) {
         // All four epilogues at once; returns every output's bits.
-        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count, bool lean) {
+        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count, bool lean, int columns_m64 = 32) {  // m > 16: 32 unless asked
+          ctx_.mma_columns_m64 = columns_m64;
           ctx_.mma_columns = columns;
           ctx_.mma_pipeline = pipeline;
           ctx_.sm_count = sm_count;
@@ -399,6 +401,16 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           return bits;
         };
         const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing, device_sms, false);
+        if (m > 16) {  // 64-row tiles: only gemm_cols_m64 shapes them (64 columns: E4M3 only, bf16 stays 32)
+          if (format != WeightFormat::kE4M3) continue;
+          const std::vector<uint32_t> wide = outputs(32, GemmPipeline::kRing, device_sms, false, 64);
+          ASSERT_EQ(wide.size(), narrow.size());
+          for (size_t i = 0; i < wide.size(); ++i) {
+            ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
+                                          << " k=" << s.k << " m=" << m << " gemm_cols_m64 64, word " << i;
+          }
+          continue;
+        }
         for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
           for (int columns : {32, 64, 96, 128}) {
             if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
@@ -420,6 +432,7 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
         }
       }
       ctx_.mma_columns = 0;
+      ctx_.mma_columns_m64 = GemmContext{}.mma_columns_m64;
       ctx_.mma_pipeline = GemmContext{}.mma_pipeline;
       ctx_.mma_lean_solo = GemmContext{}.mma_lean_solo;
       ctx_.sm_count = 0;
