@@ -1,5 +1,5 @@
 // The mma GEMM kernel alone, at the drafter's block-forward shapes (Qwen3-8B-DFlash-b16: q|k|v,
-// o, gate|up, down, lm_head), for each CTA width (32 / 64 / 128 columns at m <= 16) and weight
+// o, gate|up, down, lm_head), for each CTA width (32 / 64 / 96 / 128 columns at m <= 16, 32 / 64 above) and weight
 // format: the weight bytes each launch must read over its median time, beside the device-to-device
 // copy bandwidth measured in the same run. It says which width to use for which shape
 // (gemm_mma_columns) and how far each GEMM is from streaming its weights at the copy rate.
@@ -129,7 +129,8 @@ int main_impl(int argc, char** argv) {
           const GemmPipeline pipeline = v.pipeline;
           if (m > 16 && pipeline != GemmPipeline::kRing) continue;
           if (!only_pipeline.empty() && only_pipeline != gemm_pipeline_name(pipeline)) continue;
-          if (m > 16 && columns != 32 && columns != 0) continue;
+          // m > 16 (64-row tiles): 32 columns, or 64 with E4M3 weights (gemm_cols_m64).
+          if (m > 16 && columns != 32 && columns != 0 && !(columns == 64 && fp8)) continue;
           if (!fp8 && columns > 64) continue;
           const GemmKernel kernel = columns == 0 ? GemmKernel::kMmaSplitK : GemmKernel::kMma;
           if (columns == 0 && gemm_split_count(s.n, s.k) == 1) continue;
@@ -137,6 +138,7 @@ int main_impl(int argc, char** argv) {
           GemmContext ctx;
           ctx.stream = stream;
           ctx.mma_columns = columns;
+          ctx.mma_columns_m64 = columns == 64 ? 64 : 32;
           ctx.mma_pipeline = pipeline;
           ctx.sm_count = sm_count;
           ctx.raw = partials.get();

@@ -162,7 +162,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   }
   gemm_ctx_.stream = stream_;
   gemm_ctx_.mma_columns = plan_.gemm_columns;
-  if (plan_.gemm_columns_m64 == 64 && !fp8_) {
+  if (plan_.gemm_columns_m64 == 64 && !fp8_) {  // (gemm_mma_columns_m64 would take 32 silently)
     plan_.fallbacks.push_back("gemm_cols_m64: 64 -> 32 (bf16 weights: two ring stages of 64 columns do not fit in "
                               "shared memory)");
     plan_.gemm_columns_m64 = 32;

@@ -90,7 +90,7 @@ struct GemmContext {
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
-  int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by format (gemm_mma_columns_m64)
+  int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by shape (gemm_mma_columns_m64)
   int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the deep pipeline's solo layout
   GemmPipeline mma_pipeline = GemmPipeline::kDeep;  // kMma at m <= 16
   // kMma's deep pipeline. Measured on an H200 (docs/benchmarks.md, v12): the last-issue trigger and
@@ -107,12 +107,15 @@ struct GemmContext {
 // width never changes any element's reduction order (bits are equal).
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
 
-// The CTA width of the kMma kernel's 64-row tiles (m > 16): with E4M3 weights 64 unless 32 is asked
-// for (requested 0 or 64; a CTA then reads its 64 activation rows once per 64 weight columns instead
-// of per 32: half the L2 traffic of the activations, ~20 % off the batch 8 and 32 proposes on an
-// H200), with bf16 weights always 32 (two ring stages of 64 bf16 columns do not fit in shared
-// memory). The width never changes any element's reduction order (bits are equal).
-int gemm_mma_columns_m64(int requested, WeightFormat format);
+// The CTA width of the kMma kernel's 64-row tiles (m > 16), for m rows of an [n, *] weight. bf16
+// weights: always 32 (two ring stages of 64 bf16 columns do not fit in shared memory). E4M3: the
+// requested 32 or 64, or with requested = 0 the width whose busiest SM (one CTA per SM either way)
+// streams the fewest bytes per k-tile: 64 columns read their 64 activation rows once per 64 weight
+// columns instead of per 32 (half the activations' L2 traffic: ~20 % off the batch 8 and 32
+// proposes on an H200), unless that halves the CTAs below the SM count (m = 64: o and down, N =
+// 4096, 26.5 µs at 32 columns vs 29.7 at 64). The width never changes any element's reduction
+// order (bits are equal).
+int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
 
 // kMmaSplitK: the number of K splits for an [n, k_pad] weight (1 = the plain mma kernel). A
 // function of the weight's shape only, so every output element is reduced in the same order

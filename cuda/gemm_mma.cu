@@ -645,8 +645,16 @@ void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const D
 
 }  // namespace
 
-int gemm_mma_columns_m64(int requested, WeightFormat format) {
-  return requested != 32 && format == WeightFormat::kE4M3 ? 64 : 32;
+int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
+  if (format != WeightFormat::kE4M3) return 32;
+  if (requested == 32 || requested == 64) return requested;
+  // Bytes one CTA stages per k-tile: its 64 activation rows (padded) plus its E4M3 weight rows.
+  const int64_t sms = sm_count > 0 ? sm_count : 1, m_blocks = (m + 63) / 64;
+  auto busiest = [&](int64_t columns) {
+    const int64_t ctas = m_blocks * ((n + columns - 1) / columns);
+    return (ctas + sms - 1) / sms * (64 * kARowBytes + columns * kKTile);
+  };
+  return busiest(64) <= busiest(32) ? 64 : 32;
 }
 
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
@@ -743,7 +751,8 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
     if (m <= 16) {
       launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n);
     } else {
-      launch_large_m<true>(gemm_mma_columns_m64(ctx.mma_columns_m64, w.format), ctx.stream, ctx.pdl, p, m, w.n);
+      launch_large_m<true>(gemm_mma_columns_m64(ctx.mma_columns_m64, m, w.n, w.format, ctx.sm_count), ctx.stream, ctx.pdl, p,
+                           m, w.n);
     }
   } else {
     if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);

@@ -160,8 +160,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
                                                             : std::to_string(plan.gemm_columns) + " (m <= 16)");
   d.emplace_back("kernel.gemm_cols_m64",
                  plan.gemm_columns_m64 == 0
-                     ? std::string("auto (m > 16: ") + (fp8 ? "64" : "32") + " columns per CTA for " + (fp8 ? "E4M3" : "bf16") +
-                           " weights)"
+                     ? std::string(fp8 ? "auto (m > 16: 32 or 64 columns per CTA, whichever gives the busiest SM the "
+                                         "fewest bytes per k-tile)"
+                                       : "auto (m > 16: 32 columns per CTA for bf16 weights)")
                      : std::to_string(plan.gemm_columns_m64) + " (m > 16: 64-row tiles)");
   const char* pipeline_text = "";
   switch (plan.gemm_pipeline) {

@@ -14,7 +14,7 @@
 //   argmax        fused (default: partials in the lm_head GEMM's epilogue), separate
 //   gemm_cols     auto (default: by weight shape), 32, 64, 96, 128: the mma kernel's CTA width at
 //                 m <= 16 (bits do not change with it)
-//   gemm_cols_m64 auto (default: 64 for E4M3 weights, 32 for bf16), 32, 64: the mma kernel's CTA
+//   gemm_cols_m64 auto (default: by weight shape for E4M3, 32 for bf16), 32, 64: the mma kernel's CTA
 //                 width at m > 16 (64-row tiles; 64 with bf16 weights falls back to 32 and the plan
 //                 says so; bits do not change with it)
 //   gemm_pipeline deep (default), deep-shared, ring: how the mma kernel streams operands at m <= 16 (only the

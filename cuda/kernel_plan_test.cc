@@ -102,11 +102,18 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols_m64", "128"}}, 128); }),
             "CUDA kernels: gemm_cols_m64=128 is not a width (auto, 32, 64)");
   // 64 columns at m > 16 exist for E4M3 weights only; m <= 16 never asks this rule.
-  EXPECT_EQ(gemm_mma_columns_m64(0, WeightFormat::kE4M3), 64);
-  EXPECT_EQ(gemm_mma_columns_m64(64, WeightFormat::kE4M3), 64);
-  EXPECT_EQ(gemm_mma_columns_m64(32, WeightFormat::kE4M3), 32);
-  EXPECT_EQ(gemm_mma_columns_m64(0, WeightFormat::kBf16), 32);
-  EXPECT_EQ(gemm_mma_columns_m64(64, WeightFormat::kBf16), 32);
+  const WeightFormat e4m3 = WeightFormat::kE4M3, bf16 = WeightFormat::kBf16;
+  EXPECT_EQ(gemm_mma_columns_m64(0, 64, 6144, e4m3, 132), 64);     // q|k|v: 192 CTAs = 2 waves at 32, 96 = 1 at 64
+  EXPECT_EQ(gemm_mma_columns_m64(0, 64, 24576, e4m3, 132), 64);    // gate|up: 6 waves at 32, 3 at 64
+  EXPECT_EQ(gemm_mma_columns_m64(0, 64, 151936, e4m3, 132), 64);   // lm_head
+  EXPECT_EQ(gemm_mma_columns_m64(0, 64, 4096, e4m3, 132), 32);     // o, down at m = 64: 128 CTAs fill one wave
+  EXPECT_EQ(gemm_mma_columns_m64(0, 128, 4096, e4m3, 132), 64);    // batch 8: 256 CTAs at 32 = 2 waves
+  EXPECT_EQ(gemm_mma_columns_m64(0, 512, 4096, e4m3, 132), 64);    // batch 32
+  EXPECT_EQ(gemm_mma_columns_m64(0, 64, 4096, e4m3, 0), 64);       // SMs unknown: the fewest activation reads
+  EXPECT_EQ(gemm_mma_columns_m64(64, 64, 4096, e4m3, 132), 64);    // asked for: taken
+  EXPECT_EQ(gemm_mma_columns_m64(32, 512, 151936, e4m3, 132), 32);
+  EXPECT_EQ(gemm_mma_columns_m64(0, 512, 151936, bf16, 132), 32);  // bf16: always 32
+  EXPECT_EQ(gemm_mma_columns_m64(64, 512, 151936, bf16, 132), 32);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_pipeline", "wide"}}, 128); }),
             "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep, deep-shared)");
   EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep-shared"}}, 128).gemm_pipeline, GemmPipeline::kDeepShared);
