@@ -100,7 +100,8 @@ struct GemmContext {
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
 
-// The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16; at m <= 16 the
+// The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16 (where
+// gemm_mma_columns_m64 decides); at m <= 16 the
 // requested width (32 / 64 / 96 / 128, clamped to 64 for bf16 weights; 96 runs the deep pipeline
 // whichever is asked, the ring's stages would not fit), or with requested = 0 the width
 // of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The

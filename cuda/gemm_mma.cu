@@ -1,8 +1,9 @@
 // The weight-only tensor-core GEMM (GemmKernel::kMma) for the drafter's small and medium m.
 //
-// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 at m > 16; 32, 64, 96 or
-// 128 at m <= 16, gemm_mma_columns) and MT·16 rows (MT = 1 for m <= 16, 4 above). The column count
-// changes which CTA computes an element, never the order of its sum. The warps split K: warp w
+// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 or 64 at m > 16,
+// gemm_mma_columns_m64; 32, 64, 96 or 128 at m <= 16, gemm_mma_columns) and MT·16 rows (MT = 1 for
+// m <= 16, 4 above). The column count changes which CTA computes an element, never the order of
+// its sum. The warps split K: warp w
 // reduces the 64-column k-tiles w, w + 8, w + 16, ... in that order (interleaved, so that the 8
 // warps of a CTA read 512 contiguous bytes of each weight row at a time), and the 8 partial sums
 // are added in shared memory in warp order. The split depends on K only and every accumulator sees

@@ -82,7 +82,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(d.gemm_columns, 0);
   EXPECT_TRUE(d.pdl);
   EXPECT_EQ(d.gemm_pipeline, GemmPipeline::kDeep);
-  EXPECT_EQ(d.gemm_columns_m64, 0);  // auto: by weight format
+  EXPECT_EQ(d.gemm_columns_m64, 0);  // auto: by weight shape
   EXPECT_EQ(resolve_kernel_plan({{"gemm_cols_m64", "32"}}, 128).gemm_columns_m64, 32);
   EXPECT_EQ(resolve_kernel_plan({{"gemm_cols_m64", "auto"}}, 128).gemm_columns_m64, 0);
   const KernelPlan w = resolve_kernel_plan(
