@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -294,7 +295,7 @@ __device__ __forceinline__ void load_query_fragments(uint32_t (&qf)[D / 16][4], 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArgs a, int pass_ctas) {
   pdl_launch_dependents();
   // Up to the PDL wait below this kernel reads only what no kernel of the block forward writes:
   // the window's K/V rows in the paged pools (written when the context arrived, before the block
@@ -306,7 +307,10 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
   // Chunks vary slowest, so the CTAs that have keys (the low chunks of every head and sequence)
   // are dispatched first and share the first wave; the empty tail of the grid exits at once.
-  const int kv_head = blockIdx.x, b = blockIdx.y, chunk = blockIdx.z;
+  // pass_ctas > 1: that many CTAs share the chunk, each computing S and the softmax statistics
+  // (identically) and the P·V passes pass_group, pass_group + pass_ctas, ...: a shorter chain per
+  // CTA, the same instructions for every output element (same bits). Only group 0 stores m and l.
+  const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y, chunk = blockIdx.z;
   const int window_length = a.window_length[b];
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
@@ -348,6 +352,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
       const __nv_bfloat16* ks = valid ? k_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.k_block);
       const __nv_bfloat16* vs = valid ? v_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.v_block);
       cp_async_16(smem_address(k_tile + jj * kStride + piece * 8), ks, valid ? 16 : 0);
+      // V: only the columns of this CTA's passes are ever read.
+      if ((piece * 8 / kPassColumns) % pass_ctas != pass_group) continue;
       cp_async_16(smem_address(v_tile + jj * kStride + piece * 8), vs, valid ? 16 : 0);
     }
   };
@@ -442,14 +448,14 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
     };
     const int64_t p0 = r0 < query_rows ? partial_index(r0) : -1;
     const int64_t p1 = r1 < query_rows ? partial_index(r1) : -1;
-    if (t == 0) {
+    if (t == 0 && pass_group == 0) {
       if (p0 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p0 * 2) = make_float2(m0, l0);
       if (p1 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p1 * 2) = make_float2(m1, l1);
     }
 
-    // O = P·V in passes of 64 output columns (8 n-tiles of 8 dims).
+    // O = P·V in passes of 64 output columns (8 n-tiles of 8 dims): this CTA's share of them.
 #pragma unroll 1
-    for (int pass = 0; pass < D / kPassColumns; ++pass) {
+    for (int pass = pass_group; pass < D / kPassColumns; pass += pass_ctas) {
       float hi_acc[8][4], lo_acc[8][4];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -649,22 +655,28 @@ void prepare_mma() {
 }
 
 template <int D>
-void launch_mma(const AttentionArgs& a, cudaStream_t stream, bool pdl) {
+void launch_mma(const AttentionArgs& a, int pass_ctas, cudaStream_t stream, bool pdl) {
   prepare_mma<D>();
   if (a.max_chunks > 65535 || a.batch > 65535) {
     throw internal_error("attention: grid too large (" + std::to_string(a.max_chunks) + " chunks, batch " +
                          std::to_string(a.batch) + ")");
   }
-  const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch),
+  const int ctas = attention_pass_ctas(pass_ctas, D);
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads * ctas), static_cast<unsigned>(a.batch),
                   static_cast<unsigned>(a.max_chunks));
-  launch_kernel("attention_mma_kernel", attention_mma_kernel<D>, grid, dim3(kMmaThreads), mma_smem_bytes<D>(), stream, pdl, a);
+  launch_kernel("attention_mma_kernel", attention_mma_kernel<D>, grid, dim3(kMmaThreads), mma_smem_bytes<D>(), stream, pdl, a,
+                ctas);
 }
 
 }  // namespace
 
 std::string AttentionChoice::name() const {
   switch (kernel) {
-    case AttentionKernel::kTuned: return "tuned-d" + std::to_string(compiled_head_dim);
+    case AttentionKernel::kTuned:
+      return "tuned-d" + std::to_string(compiled_head_dim) +
+             (attention_pass_ctas(pass_ctas, compiled_head_dim) > 1
+                  ? " (P·V passes over " + std::to_string(attention_pass_ctas(pass_ctas, compiled_head_dim)) + " CTAs)"
+                  : "");
     case AttentionKernel::kGeneric: return "generic";
     case AttentionKernel::kSimple: return "simple";
   }
@@ -694,6 +706,11 @@ AttentionChoice choose_attention_kernel(const std::string& requested, int head_d
     throw bad_input("attention: unknown kernel '" + requested + "' (auto, tuned, generic, simple)");
   }
   return choice;
+}
+
+int attention_pass_ctas(int requested, int head_dim) {
+  const int passes = head_dim / kPassColumns;
+  return std::max(1, std::min(requested, passes));
 }
 
 int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim) {
@@ -747,9 +764,9 @@ void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cud
     // timing only (KernelPlan::ablate)
   } else if (choice.kernel == AttentionKernel::kTuned) {
     switch (choice.compiled_head_dim) {
-      case 64: launch_mma<64>(a, stream, pdl); break;
-      case 128: launch_mma<128>(a, stream, pdl); break;
-      case 256: launch_mma<256>(a, stream, pdl); break;
+      case 64: launch_mma<64>(a, choice.pass_ctas, stream, pdl); break;
+      case 128: launch_mma<128>(a, choice.pass_ctas, stream, pdl); break;
+      case 256: launch_mma<256>(a, choice.pass_ctas, stream, pdl); break;
       default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
     }
   } else {

@@ -27,7 +27,8 @@ enum class AttentionKernel { kTuned, kGeneric, kSimple };
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGeneric;
   int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
-  std::string name() const;   // "tuned-d128", "generic", "simple"
+  int pass_ctas = 1;          // tuned: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
+  std::string name() const;   // "tuned-d128", "tuned-d128 (P·V passes over 2 CTAs)", "generic", "simple"
 };
 
 // requested: "auto" (tuned for 64/128/256, generic otherwise), "tuned" (refuses other head_dims
@@ -58,6 +59,11 @@ struct AttentionArgs {
   uint16_t* out = nullptr;             // [R, ld_out] bf16 (columns nh·d onwards untouched)
   int64_t ld_out = 0;
 };
+
+// The tuned kernel's CTAs per (chunk, kv head, sequence) for a requested count: each computes S and
+// the softmax statistics (the same bits) and every pass_ctas-th 64-column P·V pass; at most
+// head_dim / 64 (one pass each), at least 1. The output's bits do not depend on it.
+int attention_pass_ctas(int requested, int head_dim);
 
 // Floats needed for partial_out / partial_max_sum.
 int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim);

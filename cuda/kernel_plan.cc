@@ -47,6 +47,7 @@ bool KernelPlan::cublaslt_reads_e4m3(bool fp8) const {
 KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& requested, int head_dim) {
   KernelPlan plan;
   std::string attention = "auto";
+  int attention_pass_ctas = AttentionChoice{}.pass_ctas;
   for (const auto& [stage, value] : requested) {
     if (stage == "gemm") {
       plan.block_gemm = parse_gemm(stage, value);
@@ -55,6 +56,14 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       if (!plan.ctx_gemm_auto) plan.ctx_gemm = parse_gemm(stage, value);
     } else if (stage == "attention") {
       attention = value;
+    } else if (stage == "attention_pass_ctas") {
+      if (value == "auto") {
+        attention_pass_ctas = AttentionChoice{}.pass_ctas;
+      } else if (value == "1" || value == "2" || value == "4") {
+        attention_pass_ctas = std::stoi(value);
+      } else {
+        throw bad_input("CUDA kernels: attention_pass_ctas=" + value + " is not a count (auto, 1, 2, 4)");
+      }
     } else if (stage == "rmsnorm") {
       plan.rmsnorm = parse_row(stage, value);
     } else if (stage == "qk_norm_rope" || stage == "rope") {
@@ -125,10 +134,11 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       }
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
+                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
+  plan.attention.pass_ctas = attention_pass_ctas;
   // The fused epilogues live in the mma kernel; the fallbacks run the same epilogue code as a
   // separate kernel, so fusion choices hold for every GEMM kernel.
   return plan;

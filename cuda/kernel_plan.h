@@ -8,6 +8,9 @@
 //                 auto (cuBLASLt for bf16 weights when a chunk has more than 64 rows, mma otherwise:
 //                 invariant only within a rounding bound), cublaslt, simple
 //   attention     auto (default), tuned, generic, simple
+//   attention_pass_ctas  1 (default), 2, 4 (auto = 1): CTAs sharing each chunk of the tuned
+//                 attention, each with every n-th 64-column P·V pass (at most head_dim / 64; bits do
+//                 not change with it)
 //   rmsnorm       tuned (default), simple
 //   qk_norm_rope  tuned (default), simple
 //   swiglu        fused (default: in the gate|up GEMM's epilogue), separate

@@ -99,6 +99,19 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
     if (k == "kernel.gemm_pipeline") launch_entries += v.rfind("ring", 0) == 0;
   }
   EXPECT_EQ(launch_entries, 4);
+  // attention_pass_ctas: at most one CTA per 64-column pass, named in the attention's description.
+  EXPECT_EQ(d.attention.pass_ctas, 1);
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.pass_ctas, 2);
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.name(), "tuned-d128 (P·V passes over 2 CTAs)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "4"}}, 128).attention.name(), "tuned-d128 (P·V passes over 2 CTAs)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 64).attention.name(), "tuned-d64");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "auto"}}, 256).attention.name(), "tuned-d256");
+  EXPECT_EQ(attention_pass_ctas(4, 256), 4);
+  EXPECT_EQ(attention_pass_ctas(4, 128), 2);
+  EXPECT_EQ(attention_pass_ctas(2, 64), 1);
+  EXPECT_EQ(attention_pass_ctas(0, 128), 1);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_pass_ctas", "3"}}, 128); }),
+            "CUDA kernels: attention_pass_ctas=3 is not a count (auto, 1, 2, 4)");
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_cols_m64", "128"}}, 128); }),
             "CUDA kernels: gemm_cols_m64=128 is not a width (auto, 32, 64)");
   // 64 columns at m > 16 exist for E4M3 weights only; m <= 16 never asks this rule.

@@ -137,10 +137,43 @@ void run_case(const Case& c) {
   a.out = dout.get();
   a.ld_out = ld_out;
   prepare_attention_kernels();
-  launch_attention(choice, a, nullptr);
-  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  std::vector<uint16_t> out(out_init.size());
-  ASSERT_EQ(cudaSuccess, cudaMemcpy(out.data(), dout.get(), out.size() * 2, cudaMemcpyDeviceToHost));
+  // Runs one kernel choice on fresh buffers: the output back to the sentinel and the partials to
+  // NaN, so that no run can pass on what an earlier one left behind.
+  auto run_kernel = [&](const AttentionChoice& k) {
+    std::vector<uint16_t> result(out_init.size());
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(dout.get(), out_init.data(), out_init.size() * 2, cudaMemcpyHostToDevice));
+    EXPECT_EQ(cudaSuccess, cudaMemset(partial.get(), 0xff, partial.size() * sizeof(float)));
+    EXPECT_EQ(cudaSuccess, cudaMemset(max_sum.get(), 0xff, max_sum.size() * sizeof(float)));
+    launch_attention(k, a, nullptr);
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(result.data(), dout.get(), result.size() * 2, cudaMemcpyDeviceToHost));
+    return result;
+  };
+  const std::vector<uint16_t> out = run_kernel(choice);
+  ASSERT_FALSE(testing::Test::HasFailure());
+  if (choice.kernel == AttentionKernel::kTuned) {
+    // The P·V passes shared by 2 or 4 CTAs per chunk: every output element comes from the same
+    // instructions, so the same bits, guard bands included (checked before the bound).
+    for (int pass_ctas : {2, 4}) {
+      AttentionChoice split = choice;
+      split.pass_ctas = pass_ctas;
+      if (attention_pass_ctas(pass_ctas, d) != pass_ctas) continue;  // fewer passes than CTAs: runs as fewer
+      const std::vector<uint16_t> split_out = run_kernel(split);
+      size_t differing = 0, first = split_out.size();
+      for (size_t e = 0; e < split_out.size(); ++e) {
+        if (split_out[e] != out[e]) {
+          ++differing;
+          first = std::min(first, e);
+        }
+      }
+      EXPECT_EQ(differing, 0u) << split.name() << " differs from " << choice.name() << " in " << differing << " of "
+                               << split_out.size() << " elements, first at row "
+                               << (first < split_out.size() ? static_cast<int64_t>(first) / ld_out : -1) << " column "
+                               << (first < split_out.size() ? static_cast<int64_t>(first) % ld_out : -1);
+      std::printf("[attention] %s: %zu elements bit-identical to %s\n", split.name().c_str(),
+                  split_out.size() - differing, choice.name().c_str());
+    }
+  }
 
   auto value = [](const std::vector<uint16_t>& v, int64_t i) { return static_cast<double>(bf16_bits_to_float(v[static_cast<size_t>(i)])); };
   double worst = 0;

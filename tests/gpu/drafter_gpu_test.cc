@@ -339,26 +339,30 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA width, pipeline and PDL trigger point and programmatic dependent launch change only how work is run: the
-  // drafter's outputs must be the same bits as the default's, graphs on and off, in both modes.
-  const DrafterConfig c = make_config(small_geometry(64));
-  const auto w = make_random_weights(c, 12);
-  for (Precision precision : {Precision::kFp8, Precision::kBf16}) {
-    for (bool graphs : {true, false}) {
-      CudaOptions defaults;
-      defaults.graphs = graphs;
-      CudaDrafter base(c, w, small_settings(precision), defaults);
-      const auto expected = run_script(base, script());
-      const std::vector<std::pair<std::string, std::string>> levers = {
-          {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
-          {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
-          {"gemm_solo_smem", "full"}, {"pdl", "off"}, {"gemm_cols_m64", "32"}};
-      for (const auto& [stage, value] : levers) {
-        CudaOptions o = defaults;
-        o.kernels[stage] = value;
-        CudaDrafter d(c, w, small_settings(precision), o);
-        expect_bitwise_equal(expected, run_script(d, script()),
-                             stage + "=" + value + (graphs ? " graphs" : " eager") + " " + precision_name(precision));
+  // The GEMM's CTA widths, pipeline and PDL trigger point, the attention's P·V split and programmatic dependent launch
+  // change only how work is run: the drafter's outputs must be the same bits as the default's, graphs on and off, in
+  // both modes. head_dim 64 and 128 (two P·V passes: the split runs only there).
+  for (int head_dim : {64, 128}) {
+    const DrafterConfig c = make_config(small_geometry(head_dim));
+    const auto w = make_random_weights(c, 12);
+    for (Precision precision : {Precision::kFp8, Precision::kBf16}) {
+      for (bool graphs : {true, false}) {
+        CudaOptions defaults;
+        defaults.graphs = graphs;
+        CudaDrafter base(c, w, small_settings(precision), defaults);
+        const auto expected = run_script(base, script());
+        const std::vector<std::pair<std::string, std::string>> levers = {
+            {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
+            {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
+            {"gemm_solo_smem", "full"}, {"pdl", "off"}, {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"}};
+        for (const auto& [stage, value] : levers) {
+          CudaOptions o = defaults;
+          o.kernels[stage] = value;
+          CudaDrafter d(c, w, small_settings(precision), o);
+          expect_bitwise_equal(expected, run_script(d, script()),
+                               stage + "=" + value + (graphs ? " graphs" : " eager") + " " + precision_name(precision) +
+                                   " d" + std::to_string(head_dim));
+        }
       }
     }
   }
