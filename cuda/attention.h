@@ -4,7 +4,8 @@
 //
 // Kernels, chosen in ONE place (choose_attention_kernel):
 //  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks on tensor cores (one CTA per chunk,
-//    kv head and sequence), then a combine kernel. The instantiation's compiled head_dim is part of
+//    kv head and sequence, or pass_ctas of them sharing the chunk's P·V passes), then a combine
+//    kernel. The instantiation's compiled head_dim is part of
 //    the choice and checked against the config, so a kernel built for one head_dim cannot run on
 //    another.
 //  - generic: split-KV on CUDA cores (one CTA per chunk, kv head, group of 16 query rows and
