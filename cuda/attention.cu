@@ -672,11 +672,11 @@ void launch_mma(const AttentionArgs& a, int pass_ctas, cudaStream_t stream, bool
 
 std::string AttentionChoice::name() const {
   switch (kernel) {
-    case AttentionKernel::kTuned:
+    case AttentionKernel::kTuned: {
+      const int ctas = attention_pass_ctas(pass_ctas, compiled_head_dim);
       return "tuned-d" + std::to_string(compiled_head_dim) +
-             (attention_pass_ctas(pass_ctas, compiled_head_dim) > 1
-                  ? " (P·V passes over " + std::to_string(attention_pass_ctas(pass_ctas, compiled_head_dim)) + " CTAs)"
-                  : "");
+             (ctas > 1 ? " (P·V passes over " + std::to_string(ctas) + " CTAs)" : "");
+    }
     case AttentionKernel::kGeneric: return "generic";
     case AttentionKernel::kSimple: return "simple";
   }

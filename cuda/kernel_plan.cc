@@ -1,6 +1,8 @@
 #include "cuda/kernel_plan.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "core/error.h"
 
@@ -27,6 +29,19 @@ bool parse_fused(const std::string& stage, const std::string& value) {
   if (value == "fused" || value == "auto") return true;
   if (value == "separate" || value == "simple") return false;
   throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (fused, separate)");
+}
+
+// A numeric lever: "auto" gives auto_value, else one of `allowed`; anything else is refused by name,
+// e.g. "gemm_cols=48 is not a width (auto, 32, 64, 96, 128)".
+int parse_number(const std::string& stage, const std::string& value, std::initializer_list<int> allowed, int auto_value,
+                 const char* what) {
+  if (value == "auto") return auto_value;
+  std::string names = "auto";
+  for (int a : allowed) {
+    if (value == std::to_string(a)) return a;
+    names += ", " + std::to_string(a);
+  }
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not " + what + " (" + names + ")");
 }
 
 }  // namespace
@@ -57,13 +72,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
     } else if (stage == "attention") {
       attention = value;
     } else if (stage == "attention_pass_ctas") {
-      if (value == "auto") {
-        attention_pass_ctas = AttentionChoice{}.pass_ctas;
-      } else if (value == "1" || value == "2" || value == "4") {
-        attention_pass_ctas = std::stoi(value);
-      } else {
-        throw bad_input("CUDA kernels: attention_pass_ctas=" + value + " is not a count (auto, 1, 2, 4)");
-      }
+      attention_pass_ctas = parse_number(stage, value, {1, 2, 4}, AttentionChoice{}.pass_ctas, "a count");
     } else if (stage == "rmsnorm") {
       plan.rmsnorm = parse_row(stage, value);
     } else if (stage == "qk_norm_rope" || stage == "rope") {
@@ -73,21 +82,9 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
     } else if (stage == "argmax") {
       plan.argmax_fused = parse_fused(stage, value);
     } else if (stage == "gemm_cols") {
-      if (value == "auto") {
-        plan.gemm_columns = 0;
-      } else if (value == "32" || value == "64" || value == "96" || value == "128") {
-        plan.gemm_columns = std::stoi(value);
-      } else {
-        throw bad_input("CUDA kernels: gemm_cols=" + value + " is not a width (auto, 32, 64, 96, 128)");
-      }
+      plan.gemm_columns = parse_number(stage, value, {32, 64, 96, 128}, 0, "a width");
     } else if (stage == "gemm_cols_m64") {
-      if (value == "auto") {
-        plan.gemm_columns_m64 = 0;
-      } else if (value == "32" || value == "64") {
-        plan.gemm_columns_m64 = std::stoi(value);
-      } else {
-        throw bad_input("CUDA kernels: gemm_cols_m64=" + value + " is not a width (auto, 32, 64)");
-      }
+      plan.gemm_columns_m64 = parse_number(stage, value, {32, 64}, 0, "a width");
     } else if (stage == "gemm_pipeline") {
       if (value == "auto") {
         plan.gemm_pipeline = KernelPlan{}.gemm_pipeline;
