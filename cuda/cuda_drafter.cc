@@ -263,7 +263,58 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
   gemm_ctx_.raw_capacity = gemm_raw_.size();
+  resolve_layer_chain();
   DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaDrafter::resolve_layer_chain() {
+  const bool asked = plan_.layer_chain == KernelPlan::Chain::kOn;
+  const int resident = layer_chain_ctas_per_sm();
+  std::string off;  // why the chain does not run
+  if (plan_.layer_chain == KernelPlan::Chain::kOff) {
+    off = "layer_chain=off";
+  } else if (plan_.layer_chain == KernelPlan::Chain::kAuto && !kLayerChainByDefault) {
+    off = "layer_chain=auto: off by default (slower than the separate kernels on an H200, docs/benchmarks.md)";
+  } else if (!fp8_) {
+    off = "bf16 weights: the chain streams E4M3 weights";
+  } else if (plan_.block_gemm != GemmKernel::kMma) {
+    off = std::string("gemm=") + gemm_kernel_name(plan_.block_gemm) + ": the chain runs the mma kernel's GEMMs";
+  } else if (!plan_.swiglu_fused) {
+    off = "swiglu=separate";
+  } else if (plan_.rmsnorm != RowKernel::kTuned) {
+    off = "rmsnorm=simple";
+  } else if (!plan_.ablate.empty()) {
+    off = "ablate: the chain would run the ablated kernels";
+  } else if (resident < 1) {
+    off = "its " + std::to_string(layer_chain_smem_bytes() / 1024) + " KB of shared memory do not fit on an SM";
+  } else {
+    // The steps of the first and the last layer at the most rows a chain serves: operand shapes
+    // and alignments are those of every forward.
+    const int width = static_cast<int>(std::min<int64_t>(max_width_, kLayerChainMaxRows));
+    const int batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(settings_.max_batch, kLayerChainMaxRows / width)));
+    for (int l : {0, config_.num_layers - 1}) {
+      if (off.empty()) off = layer_chain_refusal(layer_chain_steps(l, batch, width, true));
+    }
+  }
+  const int capacity = sm_count_ * std::max(resident, 1);
+  if (plan_.layer_chain_ctas > capacity) {
+    throw bad_input("CUDA kernels: layer_chain_ctas=" + std::to_string(plan_.layer_chain_ctas) + ": at most " +
+                    std::to_string(capacity) + " CTAs of the chain fit on this device at once (its grid barriers "
+                    "need every CTA resident)");
+  }
+  if (!off.empty()) {
+    plan_.layer_chain_resolved = "off (" + off + ")";
+    if (asked) plan_.fallbacks.push_back("layer_chain: on -> off (" + off + ")");
+    return;
+  }
+  chain_ctas_ = plan_.layer_chain_ctas > 0 ? plan_.layer_chain_ctas : sm_count_;
+  chain_barriers_.allocate(static_cast<size_t>(config_.num_layers));
+  prepare_layer_chain_kernel();
+  plan_.layer_chain_resolved =
+      "on: one persistent kernel of " + std::to_string(chain_ctas_) +
+      " CTAs per layer (o, post-attention RMSNorm, gate|up, down, the next input RMSNorm and q|k|v" +
+      (plan_.layer_chain_lm_head ? "; lm_head in the last" : "") + ") for block forwards of at most " +
+      std::to_string(kLayerChainMaxRows) + " rows; separate kernels above";
 }
 
 CudaDrafter::~CudaDrafter() {

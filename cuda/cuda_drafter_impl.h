@@ -26,6 +26,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_weights.h"
 #include "cuda/kernel_plan.h"
+#include "cuda/layer_chain.h"
 
 namespace dflash {
 
@@ -71,6 +72,13 @@ class CudaDrafter final : public PagedProposer {
   // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue);
+  // The layer chain (cuda/layer_chain.h): decided once at construction (chain_ctas_ > 0: on).
+  void resolve_layer_chain();
+  // Layer l's chain: o, post-attention RMSNorm, gate|up, down, the next input RMSNorm (the final
+  // norm after the last layer) and the next q|k|v (or, as a lever, the lm_head). taps: the o and
+  // down GEMMs also store their outputs for the o_proj and mlp taps.
+  std::vector<LayerChainStep> layer_chain_steps(int layer, int batch, int width, bool taps) const;
+  bool chain_runs_lm_head() const { return chain_ctas_ > 0 && plan_.layer_chain_lm_head; }
 
   std::shared_ptr<const DrafterWeights> host_weights_;
   CudaOptions options_;
@@ -115,6 +123,9 @@ class CudaDrafter final : public PagedProposer {
   DeviceBuffer<uint16_t> d_ctx_, xc_;
   DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
   DeviceBuffer<float> xc_f32_, kv_out_;
+
+  int chain_ctas_ = 0;  // the layer chain's grid; 0: the chain is off
+  DeviceBuffer<unsigned long long> chain_barriers_;  // one grid-barrier counter per layer's chain
 
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
   int last_batch_ = 0, last_width_ = 0;

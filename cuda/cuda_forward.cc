@@ -257,6 +257,76 @@ void CudaDrafter::enqueue_last_block_forward() {
   run_block_forward(last_batch_, last_width_, nullptr);
 }
 
+std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int width, bool taps) const {
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t rows = static_cast<int64_t>(batch) * width;
+  const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+  const bool last = l + 1 == config_.num_layers;
+  auto gemm = [&](const uint16_t* a, int64_t lda, int64_t m, const DeviceLinear& w, const GemmEpilogue& epilogue) {
+    LayerChainStep s;
+    s.kind = LayerChainStep::Kind::kGemm;
+    s.a = a;
+    s.lda = lda;
+    s.m = m;
+    s.w = w.view();
+    s.epilogue = epilogue;
+    return s;
+  };
+  auto rmsnorm = [&](const float* weight, uint16_t* out, uint16_t* draft_out) {
+    LayerChainStep s;
+    s.kind = LayerChainStep::Kind::kRmsNorm;
+    s.norm.in = h_.get();
+    s.norm.ld_in = h;
+    s.norm.weight = weight;
+    s.norm.cols = h;
+    s.norm.eps = static_cast<float>(config_.rms_norm_eps);
+    s.norm.out = out;
+    s.norm.ld_out = ld_hidden_;
+    s.norm.draft_out = draft_out;
+    s.norm.block_width = width;
+    s.norm.rows = rows;
+    return s;
+  };
+  std::vector<LayerChainStep> steps;
+  GemmEpilogue o;  // h += attn · oᵀ
+  o.residual = h_.get();
+  o.ld_residual = h;
+  if (taps) o.out = o_out_.get(), o.ld_out = h;
+  steps.push_back(gemm(attn_.get(), ld_q_, rows, layer.o, o));
+  steps.push_back(rmsnorm(layer.post_norm.get(), y_.get(), nullptr));
+  GemmEpilogue gate_up;  // act = silu(gate) · up
+  gate_up.swiglu_out = act_.get();
+  gate_up.ld_swiglu = ld_inter_;
+  steps.push_back(gemm(y_.get(), ld_hidden_, rows, layer.gate_up, gate_up));
+  GemmEpilogue down;  // h += act · downᵀ
+  down.residual = h_.get();
+  down.ld_residual = h;
+  if (taps) down.out = mlp_out_.get(), down.ld_out = h;
+  steps.push_back(gemm(act_.get(), ld_inter_, rows, layer.down, down));
+  if (!last) {
+    const DeviceLayerWeights& next = weights_.layers[static_cast<size_t>(l + 1)];
+    steps.push_back(rmsnorm(next.input_norm.get(), x_.get(), nullptr));
+    GemmEpilogue qkv;
+    qkv.out = qkv_out_.get();
+    qkv.ld_out = q_dim + 2 * kv_dim;
+    steps.push_back(gemm(x_.get(), ld_hidden_, rows, next.qkv, qkv));
+  } else {
+    steps.push_back(rmsnorm(weights_.final_norm.get(), hf_.get(), hf_draft_.get()));
+    if (plan_.layer_chain_lm_head) {
+      GemmEpilogue logits;
+      logits.out = logits_.get();
+      logits.ld_out = config_.vocab_size;
+      if (plan_.argmax_fused) {
+        logits.argmax_value = argmax_value_.get();
+        logits.argmax_index = argmax_index_.get();
+        logits.ld_argmax = argmax_blocks(config_.vocab_size);
+      }
+      steps.push_back(gemm(hf_draft_.get(), ld_hidden_, static_cast<int64_t>(batch) * (width - 1), weights_.lm_head, logits));
+    }
+  }
+  return steps;
+}
+
 void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
@@ -268,6 +338,8 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   // taps synchronize between stages, so they gain nothing from it.
   const bool pdl = plan_.pdl && taps == nullptr;
   // KernelPlan::ablate (timing only) leaves kernels out below; the embedding always runs.
+  // The layer chain replaces layer l's o ... and layer l+1's input RMSNorm and q|k|v.
+  const bool chain = chain_ctas_ > 0 && rows <= kLayerChainMaxRows;
 
   RmsNormArgs norm;
   norm.in = h_.get();
@@ -291,7 +363,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       norm.block_width = width;
       launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
       if (taps) taps->capture("embed", h_.get(), false, width, h, h);
-    } else if (!plan_.ablated("rmsnorm")) {
+    } else if (!chain && !plan_.ablated("rmsnorm")) {
       launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
     }
     if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
@@ -299,7 +371,9 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     GemmEpilogue qkv_out;
     qkv_out.out = qkv_out_.get();
     qkv_out.ld_out = q_dim + 2 * kv_dim;
-    if (!plan_.ablated("qkv")) enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+    if ((l == 0 || !chain) && !plan_.ablated("qkv")) {
+      enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+    }
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -358,6 +432,18 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     }
     if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
 
+    if (chain) {
+      launch_layer_chain(layer_chain_steps(l, batch, width, taps != nullptr), chain_ctas_,
+                         chain_barriers_.get() + l, stream_, pdl);
+      if (taps) {
+        taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
+        taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
+        taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
+        taps->capture(p + "out", h_.get(), false, width, h, h);
+      }
+      continue;
+    }
+
     GemmEpilogue o_out;
     o_out.residual = h_.get();
     o_out.ld_residual = h;
@@ -403,7 +489,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   norm.out = hf_.get();
   norm.draft_out = hf_draft_.get();
   norm.block_width = width;
-  if (!plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+  if (!chain && !plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
   GemmEpilogue logits;
@@ -414,7 +500,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     logits.argmax_index = argmax_index_.get();
     logits.ld_argmax = argmax_blocks(vocab);
   }
-  if (!plan_.ablated("lm_head")) {
+  if (!(chain && plan_.layer_chain_lm_head) && !plan_.ablated("lm_head")) {
     enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
   }
   if (plan_.ablated("argmax")) {

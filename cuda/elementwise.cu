@@ -7,6 +7,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/rmsnorm_row.cuh"
 
 namespace dflash {
 namespace {
@@ -24,11 +25,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return r;
 }
 
-// 1 / sqrt(mean + eps) with IEEE sqrt and division.
-__device__ __forceinline__ float inverse_rms(float sum_squares, int64_t cols, float eps) {
-  const float mean = __fdiv_rn(sum_squares, static_cast<float>(cols));
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-}
+using rmsnorm_row::inverse_rms;
 
 __device__ __forceinline__ void store_normalized(const RmsNormArgs& a, int64_t row, int64_t col, float x, float r) {
   const __nv_bfloat16 y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x, r), a.weight[col]));
@@ -85,82 +82,49 @@ __global__ void embed_kernel(EmbedArgs e, int64_t cols, int block_width) {
 // round of independent loads, then the sum, then the stores), so a 16-row block costs one memory
 // round trip instead of a loop of dependent ones. kEmbed: the row is first gathered from the bf16
 // embedding table and also stored to h (layer 0), one launch instead of two. Per row the order of
-// the sum is fixed (each thread's float4s in order, xor tree, warps in order): batch invariant.
-constexpr int kNormThreads = 512;
-constexpr int kNormMaxVecs = 8;  // float4 per thread: rows of up to 16384 columns
+// the sum is fixed (rmsnorm_row.cuh, which the layer chain shares): batch invariant.
+constexpr int kNormThreads = rmsnorm_row::kVirtualThreads;
 
 template <bool kEmbed>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_vec_kernel(RmsNormArgs a, EmbedArgs e) {
   pdl_launch_dependents();
   pdl_wait();
-  __shared__ float scratch[kNormThreads / 32];
+  __shared__ float scratch[rmsnorm_row::kVirtualWarps];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.cols / 4);
-  float4 x[kNormMaxVecs];
+  float4 x[1][rmsnorm_row::kMaxVecs];
   if constexpr (kEmbed) {
     const uint2* src = reinterpret_cast<const uint2*>(e.embed_tokens + static_cast<int64_t>(token_of(e, row, a.block_width)) * a.cols);
     float4* h = reinterpret_cast<float4*>(e.h + row * a.cols);
 #pragma unroll
-    for (int i = 0; i < kNormMaxVecs; ++i) {
+    for (int i = 0; i < rmsnorm_row::kMaxVecs; ++i) {
       const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
       if (v < vecs) {
         const uint2 bits = src[v];
-        x[i] = make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
-                           __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
-        h[v] = x[i];
+        x[0][i] = make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
+                              __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+        h[v] = x[0][i];
       }
     }
   } else {
     const float4* in = reinterpret_cast<const float4*>(a.in + row * a.ld_in);
 #pragma unroll
-    for (int i = 0; i < kNormMaxVecs; ++i) {
+    for (int i = 0; i < rmsnorm_row::kMaxVecs; ++i) {
       const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
-      if (v < vecs) x[i] = in[v];
+      if (v < vecs) x[0][i] = in[v];
     }
   }
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kNormMaxVecs; ++i) {
-    if (i * kNormThreads + static_cast<int>(threadIdx.x) < vecs) {
-      ss = fmaf(x[i].x, x[i].x, ss);
-      ss = fmaf(x[i].y, x[i].y, ss);
-      ss = fmaf(x[i].z, x[i].z, ss);
-      ss = fmaf(x[i].w, x[i].w, ss);
-    }
-  }
-  const float r = inverse_rms(block_sum(ss, scratch), a.cols, a.eps);
-  const float4* weight = reinterpret_cast<const float4*>(a.weight);
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + row * a.ld_out;
-  __nv_bfloat16* draft = nullptr;
-  if (a.draft_out != nullptr && row % a.block_width >= 1) {
-    const int64_t draft_row = row / a.block_width * (a.block_width - 1) + (row % a.block_width - 1);
-    draft = reinterpret_cast<__nv_bfloat16*>(a.draft_out) + draft_row * a.ld_out;
-  }
-#pragma unroll
-  for (int i = 0; i < kNormMaxVecs; ++i) {
-    const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
-    if (v < vecs) {
-      const float4 w = weight[v];
-      __nv_bfloat162 lo, hi;
-      lo.x = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].x, r), w.x));
-      lo.y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].y, r), w.y));
-      hi.x = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].z, r), w.z));
-      hi.y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[i].w, r), w.w));
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(out)[v] = packed;
-      if (draft != nullptr) reinterpret_cast<uint2*>(draft)[v] = packed;
-    }
-  }
+  const float r = rmsnorm_row::row_inverse_rms<1>(x, vecs, a.cols, a.eps, scratch);
+  rmsnorm_row::store_row<1>(a, row, x, vecs, r);
 }
 
-// The vectorized kernel's preconditions: whole float4s, aligned rows, and a row that fits the
-// registers. Otherwise the one-CTA-per-row loop kernel runs (same math, another sum order).
+}  // namespace
+
 bool rmsnorm_vec_fits(const RmsNormArgs& a, const EmbedArgs* e) {
   auto aligned = [](const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; };
-  bool ok = a.cols % 4 == 0 && a.cols <= static_cast<int64_t>(4) * kNormThreads * kNormMaxVecs && a.ld_out % 4 == 0 &&
-            aligned(a.weight, 16) && aligned(a.out, 8) && (a.draft_out == nullptr || aligned(a.draft_out, 8));
+  bool ok = a.cols % 4 == 0 && a.cols <= static_cast<int64_t>(4) * kNormThreads * rmsnorm_row::kMaxVecs &&
+            a.ld_out % 4 == 0 && aligned(a.weight, 16) && aligned(a.out, 8) &&
+            (a.draft_out == nullptr || aligned(a.draft_out, 8));
   if (e != nullptr) {
     ok = ok && aligned(e->embed_tokens, 8) && aligned(e->h, 16);
   } else {
@@ -168,6 +132,8 @@ bool rmsnorm_vec_fits(const RmsNormArgs& a, const EmbedArgs* e) {
   }
   return ok;
 }
+
+namespace {
 
 // --- q/k norm + RoPE -------------------------------------------------------------------------
 

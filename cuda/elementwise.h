@@ -38,6 +38,10 @@ struct EmbedArgs {
   float* h = nullptr;  // [rows, cols] fp32 (ld cols)
 };
 void launch_embed_rmsnorm(RowKernel kernel, const EmbedArgs& embed, const RmsNormArgs& norm, cudaStream_t stream);
+// Whether the tuned (vectorized) RMSNorm serves `norm` (with `embed`: the embedding variant): whole
+// float4s, aligned rows, at most 16384 columns. Otherwise the tuned choice runs a loop kernel with
+// another sum order, which the layer chain does not reproduce (cuda/layer_chain.h).
+bool rmsnorm_vec_fits(const RmsNormArgs& norm, const EmbedArgs* embed);
 
 // Per head: RMSNorm over d (q_norm / k_norm weights), then rotate-half RoPE at the row's position:
 // angle = float(position)·inv_freq[j] (fp32), cos/sin in fp32 times attention_scaling; stored bf16.

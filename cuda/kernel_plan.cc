@@ -1,6 +1,7 @@
 #include "cuda/kernel_plan.h"
 
 #include <algorithm>
+#include <exception>
 #include <initializer_list>
 #include <string>
 
@@ -42,6 +43,23 @@ int parse_number(const std::string& stage, const std::string& value, std::initia
     names += ", " + std::to_string(a);
   }
   throw bad_input("CUDA kernels: " + stage + "=" + value + " is not " + what + " (" + names + ")");
+}
+
+// A count lever: "auto" gives 0, else an integer in [lo, hi]; anything else is refused by name.
+int parse_count(const std::string& stage, const std::string& value, int lo, int hi) {
+  if (value == "auto") return 0;
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || n < lo || n > hi) {
+    throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a count (auto, or " + std::to_string(lo) + " to " +
+                    std::to_string(hi) + ")");
+  }
+  return n;
 }
 
 }  // namespace
@@ -121,6 +139,26 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
         plan.ablate.insert(kernel);
         begin = end + 1;
       }
+    } else if (stage == "layer_chain") {
+      if (value == "auto") {
+        plan.layer_chain = KernelPlan::Chain::kAuto;
+      } else if (value == "on") {
+        plan.layer_chain = KernelPlan::Chain::kOn;
+      } else if (value == "off") {
+        plan.layer_chain = KernelPlan::Chain::kOff;
+      } else {
+        throw bad_input("CUDA kernels: layer_chain=" + value + " is not a setting (auto, on, off)");
+      }
+    } else if (stage == "layer_chain_ctas") {
+      plan.layer_chain_ctas = parse_count(stage, value, 1, 1024);
+    } else if (stage == "layer_chain_lm_head") {
+      if (value == "on" || value == "off") {
+        plan.layer_chain_lm_head = value == "on";
+      } else if (value == "auto") {
+        plan.layer_chain_lm_head = KernelPlan{}.layer_chain_lm_head;
+      } else {
+        throw bad_input("CUDA kernels: layer_chain_lm_head=" + value + " is not a setting (auto, on, off)");
+      }
     } else if (stage == "pdl") {
       if (value == "on" || value == "auto") {
         plan.pdl = true;
@@ -131,7 +169,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       }
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, ablate)");
+                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, layer_chain, layer_chain_ctas, layer_chain_lm_head, ablate)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -190,6 +228,13 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.gemm_solo_smem", plan.gemm_lean_solo ? "lean (at most 186 KB: an attention CTA fits beside it)"
                                                               : "full (up to 220 KB)");
   d.emplace_back("kernel.pdl", plan.pdl ? "on (block forward)" : "off");
+  if (!plan.layer_chain_resolved.empty()) {
+    d.emplace_back("kernel.layer_chain", plan.layer_chain_resolved);
+  } else {
+    d.emplace_back("kernel.layer_chain", plan.layer_chain == KernelPlan::Chain::kOff  ? "off"
+                                         : plan.layer_chain == KernelPlan::Chain::kOn ? "on"
+                                                                                      : "auto");
+  }
   if (!plan.ablate.empty()) {
     std::string list;
     for (const std::string& k : plan.ablate) list += (list.empty() ? "" : "+") + k;

@@ -35,6 +35,15 @@
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
 //                 kernels (each next kernel is scheduled early and GEMMs stream weights before
 //                 the previous kernel ends; bits do not change with it)
+//   layer_chain   auto (default: on where it applies), on, off: each layer's o, post-attention
+//                 RMSNorm, gate|up, down, the next input RMSNorm and q|k|v as one persistent kernel
+//                 (cuda/layer_chain.h) for block forwards of at most 16 rows with E4M3 weights, the
+//                 mma GEMMs, the tuned RMSNorm and the fused SwiGLU; on where it cannot apply is
+//                 reported under fallbacks (bits do not change with it)
+//   layer_chain_ctas auto (default: one per SM), or a count up to the SMs: the chain's grid (fewer
+//                 CTAs run more units each; for tests and bisecting; bits do not change with it)
+//   layer_chain_lm_head off (default), on: the lm_head (with its argmax partials) as the last step of
+//                 the last layer's chain instead of a kernel of its own (bits do not change with it)
 #pragma once
 #include <map>
 #include <set>
@@ -65,6 +74,12 @@ struct KernelPlan {
   GemmTrigger gemm_trigger = GemmContext{}.mma_trigger;
   bool gemm_lean_solo = GemmContext{}.mma_lean_solo;
   bool pdl = true;
+  // The layer chain (cuda/layer_chain.h): requested auto / on / off; the drafter resolves it.
+  enum class Chain { kAuto, kOn, kOff };
+  Chain layer_chain = Chain::kAuto;
+  int layer_chain_ctas = 0;  // 0: one CTA per SM
+  bool layer_chain_lm_head = false;
+  std::string layer_chain_resolved;  // set by the drafter: what runs, and why when it is off
   std::set<std::string> ablate;  // block-forward kernels not launched (timing only)
   bool ablated(const char* kernel) const { return ablate.count(kernel) != 0; }
   std::vector<std::string> fallbacks;  // "stage: wanted -> used (why)"

@@ -10,6 +10,7 @@
 #include "cuda/attention.h"
 #include "cuda/cuda_drafter.h"
 #include "cuda/kernel_plan.h"
+#include "cuda/layer_chain.h"
 
 namespace dflash {
 namespace {
@@ -217,6 +218,89 @@ TEST(GemmSplitK, SplitCountIsAFunctionOfTheWeightShape) {
   EXPECT_EQ(gemm_scratch_floats(GemmKernel::kMmaSplitK, 512, 24576, 4096), 0);
   EXPECT_EQ(gemm_scratch_floats(GemmKernel::kMma, 16, 6144, 4096), 0);
   EXPECT_EQ(gemm_scratch_floats(GemmKernel::kSimple, 16, 6144, 4096), 16 * 6144);
+}
+
+// The layer chain's levers: parsed, described with what was asked until the drafter resolves them,
+// and refused by name otherwise.
+TEST(KernelPlan, LayerChainLevers) {
+  const KernelPlan d = resolve_kernel_plan({}, 128);
+  EXPECT_EQ(d.layer_chain, KernelPlan::Chain::kAuto);
+  EXPECT_EQ(d.layer_chain_ctas, 0);
+  EXPECT_FALSE(d.layer_chain_lm_head);
+  const KernelPlan on = resolve_kernel_plan({{"layer_chain", "on"}, {"layer_chain_ctas", "7"}, {"layer_chain_lm_head", "on"}}, 128);
+  EXPECT_EQ(on.layer_chain, KernelPlan::Chain::kOn);
+  EXPECT_EQ(on.layer_chain_ctas, 7);
+  EXPECT_TRUE(on.layer_chain_lm_head);
+  EXPECT_EQ(resolve_kernel_plan({{"layer_chain", "off"}}, 128).layer_chain, KernelPlan::Chain::kOff);
+  EXPECT_EQ(resolve_kernel_plan({{"layer_chain_ctas", "auto"}}, 128).layer_chain_ctas, 0);
+  EXPECT_EQ(resolve_kernel_plan({{"layer_chain_ctas", "1024"}}, 128).layer_chain_ctas, 1024);
+  EXPECT_FALSE(resolve_kernel_plan({{"layer_chain_lm_head", "auto"}}, 128).layer_chain_lm_head);
+  std::string described;
+  for (const auto& [k, v] : describe_kernel_plan(on, true)) {
+    if (k == "kernel.layer_chain") described = v;
+  }
+  EXPECT_EQ(described, "on");
+  KernelPlan resolved = on;
+  resolved.layer_chain_resolved = "off (bf16 weights: the chain streams E4M3 weights)";
+  for (const auto& [k, v] : describe_kernel_plan(resolved, false)) {
+    if (k == "kernel.layer_chain") described = v;
+  }
+  EXPECT_EQ(described, "off (bf16 weights: the chain streams E4M3 weights)");
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"layer_chain", "persistent"}}, 128); }),
+            "CUDA kernels: layer_chain=persistent is not a setting (auto, on, off)");
+  for (const char* bad : {"0", "1025", "7x", "", "-3"}) {
+    EXPECT_EQ(harness_error_message([bad] { resolve_kernel_plan({{"layer_chain_ctas", bad}}, 128); }),
+              std::string("CUDA kernels: layer_chain_ctas=") + bad + " is not a count (auto, or 1 to 1024)");
+  }
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"layer_chain_lm_head", "yes"}}, 128); }),
+            "CUDA kernels: layer_chain_lm_head=yes is not a setting (auto, on, off)");
+}
+
+// What the chain refuses (layer_chain_refusal is host code: it runs here without a GPU). The
+// pointers are never dereferenced: only their alignment is checked.
+TEST(LayerChain, RefusesWhatItCannotRunNamingTheStep) {
+  alignas(16) static uint16_t activations[64];
+  alignas(16) static uint8_t weights[64];
+  alignas(16) static float row[64];
+  auto gemm = [](int64_t m) {
+    LayerChainStep s;
+    s.kind = LayerChainStep::Kind::kGemm;
+    s.a = activations;
+    s.lda = 64;
+    s.m = m;
+    s.w.format = WeightFormat::kE4M3;
+    s.w.n = 96, s.w.k = 64, s.w.k_pad = 64;
+    s.w.data = weights;
+    return s;
+  };
+  auto norm = [](int64_t rows, int64_t cols) {
+    LayerChainStep s;
+    s.kind = LayerChainStep::Kind::kRmsNorm;
+    s.norm.in = row, s.norm.ld_in = cols, s.norm.weight = row, s.norm.cols = cols;
+    s.norm.out = activations, s.norm.ld_out = 64, s.norm.rows = rows;
+    return s;
+  };
+  EXPECT_EQ(layer_chain_refusal({gemm(16), norm(16, 64), gemm(1)}), "");
+  EXPECT_EQ(layer_chain_refusal({}), "no steps");
+  EXPECT_EQ(layer_chain_refusal({gemm(17)}), "step 0: GEMM of 17 rows (1 to 16)");
+  EXPECT_EQ(layer_chain_refusal({gemm(16), norm(0, 64)}), "step 1: RMSNorm of 0 rows (1 to 16)");
+  EXPECT_EQ(layer_chain_refusal({norm(4, 62)}),
+            "step 0: an RMSNorm of 62 columns that the vectorized kernel does not serve (whole float4s, aligned rows, "
+            "at most 16384 columns)");
+  LayerChainStep bf16 = gemm(4);
+  bf16.w.format = WeightFormat::kBf16;
+  EXPECT_EQ(layer_chain_refusal({gemm(4), bf16}), "step 1: bf16 weights (the chain streams E4M3 weights)");
+  LayerChainStep shifted = gemm(4);
+  shifted.a = activations + 1;
+  EXPECT_EQ(layer_chain_refusal({shifted}), "step 0: GEMM operands not padded/aligned (k_pad 64, lda 64)");
+  LayerChainStep short_lda = gemm(4);
+  short_lda.lda = 32;
+  EXPECT_EQ(layer_chain_refusal({short_lda}), "step 0: GEMM operands not padded/aligned (k_pad 64, lda 32)");
+  EXPECT_EQ(layer_chain_refusal({gemm(1), gemm(1), gemm(1), gemm(1), gemm(1), gemm(1), gemm(1), gemm(1)}),
+            "8 steps (at most 7)");
+  EXPECT_EQ(layer_chain_refusal({gemm(1), gemm(1), gemm(1), gemm(1), gemm(1), gemm(1)}),
+            "6 GEMMs and 0 RMSNorms (at most 5 and 2)");
+  EXPECT_EQ(layer_chain_refusal({norm(1, 64), norm(1, 64), norm(1, 64)}), "0 GEMMs and 3 RMSNorms (at most 5 and 2)");
 }
 
 TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
