@@ -78,7 +78,7 @@ class CudaDrafter final : public PagedProposer {
   // norm after the last layer) and the next q|k|v (or, as a lever, the lm_head). taps: the o and
   // down GEMMs also store their outputs for the o_proj and mlp taps.
   std::vector<LayerChainStep> layer_chain_steps(int layer, int batch, int width, bool taps) const;
-  bool chain_runs_lm_head() const { return chain_ctas_ > 0 && plan_.layer_chain_lm_head; }
+  GemmEpilogue lm_head_epilogue() const;
 
   std::shared_ptr<const DrafterWeights> host_weights_;
   CudaOptions options_;

@@ -257,6 +257,18 @@ void CudaDrafter::enqueue_last_block_forward() {
   run_block_forward(last_batch_, last_width_, nullptr);
 }
 
+GemmEpilogue CudaDrafter::lm_head_epilogue() const {
+  GemmEpilogue logits;  // the logits, and with the fused argmax its per-32-column partials
+  logits.out = logits_.get();
+  logits.ld_out = config_.vocab_size;
+  if (plan_.argmax_fused) {
+    logits.argmax_value = argmax_value_.get();
+    logits.argmax_index = argmax_index_.get();
+    logits.ld_argmax = argmax_blocks(config_.vocab_size);
+  }
+  return logits;
+}
+
 std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int width, bool taps) const {
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t rows = static_cast<int64_t>(batch) * width;
@@ -313,15 +325,8 @@ std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int
   } else {
     steps.push_back(rmsnorm(weights_.final_norm.get(), hf_.get(), hf_draft_.get()));
     if (plan_.layer_chain_lm_head) {
-      GemmEpilogue logits;
-      logits.out = logits_.get();
-      logits.ld_out = config_.vocab_size;
-      if (plan_.argmax_fused) {
-        logits.argmax_value = argmax_value_.get();
-        logits.argmax_index = argmax_index_.get();
-        logits.ld_argmax = argmax_blocks(config_.vocab_size);
-      }
-      steps.push_back(gemm(hf_draft_.get(), ld_hidden_, static_cast<int64_t>(batch) * (width - 1), weights_.lm_head, logits));
+      steps.push_back(gemm(hf_draft_.get(), ld_hidden_, static_cast<int64_t>(batch) * (width - 1), weights_.lm_head,
+                           lm_head_epilogue()));
     }
   }
   return steps;
@@ -492,16 +497,8 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   if (!chain && !plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
-  GemmEpilogue logits;
-  logits.out = logits_.get();
-  logits.ld_out = vocab;
-  if (plan_.argmax_fused) {
-    logits.argmax_value = argmax_value_.get();
-    logits.argmax_index = argmax_index_.get();
-    logits.ld_argmax = argmax_blocks(vocab);
-  }
   if (!(chain && plan_.layer_chain_lm_head) && !plan_.ablated("lm_head")) {
-    enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), logits);
+    enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), lm_head_epilogue());
   }
   if (plan_.ablated("argmax")) {
     // timing only (KernelPlan::ablate)

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "cuda/cuda_drafter.h"
 
 namespace dflash {
@@ -15,14 +16,8 @@ const char* env(const char* name) {
 }
 
 int parse_int(const char* name, const std::string& text, int min_value) {
-  size_t used = 0;
   int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || value < min_value) {
+  if (!parse_whole_int(text, &value) || value < min_value) {
     throw bad_input(std::string(name) + "=" + text + ": expected an integer >= " + std::to_string(min_value));
   }
   return value;

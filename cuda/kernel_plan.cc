@@ -1,11 +1,11 @@
 #include "cuda/kernel_plan.h"
 
 #include <algorithm>
-#include <exception>
 #include <initializer_list>
 #include <string>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace dflash {
 namespace {
@@ -48,14 +48,8 @@ int parse_number(const std::string& stage, const std::string& value, std::initia
 // A count lever: "auto" gives 0, else an integer in [lo, hi]; anything else is refused by name.
 int parse_count(const std::string& stage, const std::string& value, int lo, int hi) {
   if (value == "auto") return 0;
-  size_t used = 0;
   int n = 0;
-  try {
-    n = std::stoi(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || n < lo || n > hi) {
+  if (!parse_whole_int(value, &n) || n < lo || n > hi) {
     throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a count (auto, or " + std::to_string(lo) + " to " +
                     std::to_string(hi) + ")");
   }

@@ -35,11 +35,11 @@
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
 //                 kernels (each next kernel is scheduled early and GEMMs stream weights before
 //                 the previous kernel ends; bits do not change with it)
-//   layer_chain   auto (default: on where it applies), on, off: each layer's o, post-attention
-//                 RMSNorm, gate|up, down, the next input RMSNorm and q|k|v as one persistent kernel
-//                 (cuda/layer_chain.h) for block forwards of at most 16 rows with E4M3 weights, the
-//                 mma GEMMs, the tuned RMSNorm and the fused SwiGLU; on where it cannot apply is
-//                 reported under fallbacks (bits do not change with it)
+//   layer_chain   auto (default: off, kLayerChainByDefault: slower on an H200), on, off: each
+//                 layer's o, post-attention RMSNorm, gate|up, down, the next input RMSNorm and
+//                 q|k|v as one persistent kernel (cuda/layer_chain.h) for block forwards of at most
+//                 16 rows with E4M3 weights, the mma GEMMs, the tuned RMSNorm and the fused SwiGLU;
+//                 on where it cannot apply is reported under fallbacks (bits do not change with it)
 //   layer_chain_ctas auto (default: one per SM), or a count up to the SMs: the chain's grid (fewer
 //                 CTAs run more units each; for tests and bisecting; bits do not change with it)
 //   layer_chain_lm_head off (default), on: the lm_head (with its argmax partials) as the last step of
