@@ -128,6 +128,10 @@ int gemm_split_count(int64_t n, int64_t k_pad);
 // weights again: same bits, slower.
 int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad);
 
+// The mma kernels' operand layout: w.k_pad a multiple of 64, lda a multiple of 8 and >= w.k_pad,
+// A and the weights 16-byte aligned (the layer chain checks the same before it runs a GEMM).
+bool gemm_mma_operands_fit(const uint16_t* a, int64_t lda, const DeviceMatrixView& w);
+
 // Enqueues C = A·Wᵀ with the epilogue on ctx.stream. A: [m, lda] bf16 bits, 16-byte aligned,
 // lda >= w.k_pad and a multiple of 8, columns [w.k, w.k_pad) zero. m >= 1.
 void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,

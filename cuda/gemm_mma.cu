@@ -445,14 +445,18 @@ void launch_large_m(int columns, cudaStream_t stream, bool pdl, const MmaParams&
 }
 
 void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
-  if (w.k_pad % kKTile != 0 || lda % 8 != 0 || lda < w.k_pad || (reinterpret_cast<uintptr_t>(a) & 15) != 0 ||
-      (reinterpret_cast<uintptr_t>(w.data) & 15) != 0) {
+  if (!gemm_mma_operands_fit(a, lda, w)) {
     throw internal_error(std::string(who) + ": operands not padded/aligned (k_pad " + std::to_string(w.k_pad) +
                          ", lda " + std::to_string(lda) + ")");
   }
 }
 
 }  // namespace
+
+bool gemm_mma_operands_fit(const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
+  return w.k_pad % kKTile == 0 && lda % 8 == 0 && lda >= w.k_pad && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
+}
 
 int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
   if (format != WeightFormat::kE4M3) return 32;

@@ -150,8 +150,8 @@ struct WarpItems {
 };
 
 // Each of this warp's items' epilogue inputs (gemm_epilogue.cuh), for this lane's column: the
-// weights' part (kConstants) and / or the residual (kResidual).
-template <int MT, int NT, bool kConstants, bool kResidual>
+// weights' part (kConstants) and / or the residual (kResidual; through L2 with kResidualL2).
+template <int MT, int NT, bool kConstants, bool kResidual, bool kResidualL2 = false>
 __device__ __forceinline__ void load_item_inputs(EpilogueInputs (&in)[WarpItems<MT, NT>::kCount], const EpilogueArgs& e,
                                                  int64_t m0, int64_t n0) {
   using Items = WarpItems<MT, NT>;
@@ -160,7 +160,7 @@ __device__ __forceinline__ void load_item_inputs(EpilogueInputs (&in)[WarpItems<
   for (int j = 0; j < Items::kCount; ++j) {
     const int64_t row = m0 + Items::row(j), col = n0 + Items::column_block(j) + lane;
     if constexpr (kConstants) load_epilogue_constants(e, row, col, in[j]);
-    if constexpr (kResidual) load_epilogue_residual(e, row, col, in[j]);
+    if constexpr (kResidual) load_epilogue_residual<kResidualL2>(e, row, col, in[j]);
   }
 }
 

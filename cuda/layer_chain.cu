@@ -170,19 +170,6 @@ __device__ __forceinline__ void load_activations(uint4 (&a)[2][2], const uint16_
   }
 }
 
-// The residual of this warp's epilogue items (the values load_epilogue_residual reads), from L2.
-__device__ __forceinline__ void load_residuals(EpilogueInputs (&in)[WarpItems<1, kNT>::kCount], const EpilogueArgs& e,
-                                               int64_t n0) {
-  using Items = WarpItems<1, kNT>;
-  if (e.ep.residual == nullptr) return;
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int j = 0; j < Items::kCount; ++j) {
-    const int64_t row = Items::row(j), col = n0 + Items::column_block(j) + lane;
-    if (row < e.m && col < e.n) in[j].residual = __ldcg(e.ep.residual + row * e.ep.ld_residual + col);
-  }
-}
-
 // RMSNorm rows cta, cta + ctas, ... of `a` (rmsnorm_row.cuh's order, 2 virtual threads each).
 __device__ __forceinline__ void norm_rows(const RmsNormArgs& a, int cta, int ctas, float* scratch) {
   const int vecs = static_cast<int>(a.cols / 4);
@@ -299,8 +286,7 @@ __device__ __forceinline__ void gemm_units(const ChainParams& p, const GemmStep&
     const bool another = unit + p.ctas < gs.units;
     // Epilogue inputs now; their latency hides behind the unit's k-tiles.
     EpilogueInputs inputs[WarpItems<1, kNT>::kCount];
-    load_item_inputs<1, kNT, true, false>(inputs, gs.e, 0, n0);
-    load_residuals(inputs, gs.e, n0);
+    load_item_inputs<1, kNT, true, true, true>(inputs, gs.e, 0, n0);  // the residual through L2
     float acc[1][kNT][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -371,8 +357,6 @@ void prepare_once() {
   });
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 std::string layer_chain_refusal(const std::vector<LayerChainStep>& steps) {
@@ -400,7 +384,7 @@ std::string layer_chain_refusal(const std::vector<LayerChainStep>& steps) {
     if (s.m < 1 || s.m > kLayerChainMaxRows) {
       return where + "GEMM of " + std::to_string(s.m) + " rows (1 to " + std::to_string(kLayerChainMaxRows) + ")";
     }
-    if (s.w.k_pad % kKTile != 0 || s.lda % 8 != 0 || s.lda < s.w.k_pad || !aligned16(s.a) || !aligned16(s.w.data)) {
+    if (!gemm_mma_operands_fit(s.a, s.lda, s.w)) {
       return where + "GEMM operands not padded/aligned (k_pad " + std::to_string(s.w.k_pad) + ", lda " +
              std::to_string(s.lda) + ")";
     }
