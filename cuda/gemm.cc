@@ -58,6 +58,7 @@ const char* gemm_pipeline_name(GemmPipeline pipeline) {
     case GemmPipeline::kRing: return "ring";
     case GemmPipeline::kDeep: return "deep";
     case GemmPipeline::kDeepShared: return "deep-shared";
+    case GemmPipeline::kDeepPair: return "deep-pair";
   }
   return "?";
 }
@@ -72,7 +73,7 @@ const char* gemm_trigger_name(GemmTrigger trigger) {
 }
 
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
-  const GemmPipeline all[] = {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared};
+  const GemmPipeline all[] = {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared, GemmPipeline::kDeepPair};
   return parse_named(name, all, gemm_pipeline_name, out);
 }
 
