@@ -52,7 +52,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
   app.add_option("--format", only_format, "only this weight format (e4m3, bf16)");
   std::string only_pipeline;
-  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep, deep-shared, deep-pair)");
+  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep, deep-shared)");
   bool hot = false;
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
@@ -123,8 +123,7 @@ int main_impl(int argc, char** argv) {
         const Variant variants[] = {{GemmPipeline::kRing, 32}, {GemmPipeline::kRing, 64}, {GemmPipeline::kRing, 128},
                                     {GemmPipeline::kDeep, 32}, {GemmPipeline::kDeep, 64}, {GemmPipeline::kDeep, 96},
                                     {GemmPipeline::kDeep, 128}, {GemmPipeline::kDeepShared, 32},
-                                    {GemmPipeline::kDeepShared, 64}, {GemmPipeline::kDeepPair, 32},
-                                    {GemmPipeline::kRing, 0}};
+                                    {GemmPipeline::kDeepShared, 64}, {GemmPipeline::kRing, 0}};
         for (const Variant& v : variants) {
           const int columns = v.columns;
           const GemmPipeline pipeline = v.pipeline;

@@ -58,7 +58,6 @@ const char* gemm_pipeline_name(GemmPipeline pipeline) {
     case GemmPipeline::kRing: return "ring";
     case GemmPipeline::kDeep: return "deep";
     case GemmPipeline::kDeepShared: return "deep-shared";
-    case GemmPipeline::kDeepPair: return "deep-pair";
   }
   return "?";
 }
@@ -73,7 +72,7 @@ const char* gemm_trigger_name(GemmTrigger trigger) {
 }
 
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out) {
-  const GemmPipeline all[] = {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared, GemmPipeline::kDeepPair};
+  const GemmPipeline all[] = {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared};
   return parse_named(name, all, gemm_pipeline_name, out);
 }
 

@@ -66,11 +66,9 @@ enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
 // memory; kDeep moves only the weights through a deeper ring and loads the activations straight
 // into registers one k-tile ahead, with a ring up to twice as deep ("solo" layout) when the grid
 // has at most one CTA per SM (GemmContext::sm_count), and a last wave of one 64-column CTA per SM
-// split off to 32-column CTAs; kDeepShared is kDeep without either. kDeepPair is kDeep where
-// E4M3 32-column CTAs fit one per SM (an even grid), except that those run in clusters of two that
-// fetch each activation tile from L2 once between them (gemm_mma_deep_pair_kernel).
-enum class GemmPipeline { kRing, kDeep, kDeepShared, kDeepPair };
-const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared", "deep-pair"
+// split off to 32-column CTAs; kDeepShared is kDeep without either.
+enum class GemmPipeline { kRing, kDeep, kDeepShared };
+const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
 bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
 
 // Where the deep pipeline's CTAs let the next kernel of a PDL chain be scheduled (its own pdl_wait

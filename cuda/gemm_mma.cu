@@ -39,7 +39,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "cuda/cluster_copy.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_epilogue.cuh"
@@ -301,150 +300,6 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
   reduce_warps_and_store<1, NT, false, true>(acc, smem, p.epilogue, p.partials, m0, n0, inputs);
 }
 
-// The deep pipeline with the activations shared by the two CTAs of a cluster (GemmPipeline::kDeepPair;
-// E4M3 weights, 32 columns, the solo layout, m <= 16). Every CTA of a GEMM reads all activation
-// rows over the whole K, and for 32-column CTAs those are as many bytes through L2 as its weights
-// (down: 384 KB each, 128 CTAs). Here the CTAs of a cluster (adjacent column blocks, the same k-tiles
-// per warp) fetch each activation tile from L2 once: warp w's j-th k-tile is fetched by CTA j % 2
-// (its owner) into its slot j % R (cp.async), which then stores the rows into the same slot of the
-// other CTA (distributed shared memory). Each slot has a "full" barrier in both CTAs (its bytes have
-// landed) and an "empty" one in the owner (the other CTA is done with it). The weights, the work
-// split, the mma order and the reduction are gemm_mma_deep_kernel's: the same bits. (Measured on an
-// H200, seventh session: 1.6-1.8x slower than the deep kernel on down and o; also with bulk copies.)
-constexpr int kPairSlots = 6;                        // R: activation tiles per warp in flight
-constexpr int kPairFetchAhead = 4;                   // the owner fetches tile i + 4 while computing tile i,
-constexpr int kPairForwardAhead = 2;                 // and forwards tile i + 2
-constexpr int kPairSlotBytes = 16 * kARowBytes;      // 16 rows of one k-tile, padded
-constexpr int kPairWeightStages = 6;                 // what fits beside the slots
-constexpr int kPairStageBytes = 4 * 8 * kKTile;      // one warp's E4M3 k-tile of 32 columns
-constexpr size_t kPairWeightSmem = static_cast<size_t>(kWarps) * kPairWeightStages * kPairStageBytes;
-constexpr size_t kPairSlotSmem = static_cast<size_t>(kWarps) * kPairSlots * kPairSlotBytes;
-constexpr size_t kPairBarrierSmem = static_cast<size_t>(kWarps) * kPairSlots * 2 * sizeof(uint64_t);
-constexpr size_t kPairSmem = kPairWeightSmem + kPairSlotSmem + kPairBarrierSmem;
-static_assert(kPairSlots % 2 == 0, "a slot keeps its owner: slot j % R belongs to CTA j % 2");
-static_assert(kPairFetchAhead < kPairSlots && kPairForwardAhead < kPairFetchAhead, "the slot schedule");
-static_assert(reduce_smem_bytes(1, 4) <= kPairWeightSmem, "the reduction reuses the weight ring");
-
-__global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(kThreads, 1) gemm_mma_deep_pair_kernel(MmaParams p) {
-  namespace cc = cluster_copy;
-  constexpr int NT = 4, S = kPairWeightStages, R = kPairSlots;
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const uint32_t rank = cc::cluster_rank(), peer = rank ^ 1u;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT * 8;  // past n for the grid's padding CTA
-  const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
-  const int rows = static_cast<int>(p.m < 16 ? p.m : 16);
-  uint8_t* ring = smem + static_cast<size_t>(warp) * S * kPairStageBytes;
-  uint8_t* slots = smem + kPairWeightSmem + static_cast<size_t>(warp) * R * kPairSlotBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kPairWeightSmem + kPairSlotSmem) + warp * 2 * R;
-  uint64_t* empty = full + R;
-  auto owned = [&](int j) { return static_cast<uint32_t>(j & 1) == rank; };
-
-  if (p.trigger == GemmTrigger::kStart) pdl_launch_dependents();
-  const int last_issue = max(tiles - (S - 1), 0);
-  // Rows past m stay zero in every slot (no copy writes them; the forwarding copies carry the zeros).
-  for (int r = rows; r < 16; ++r) {
-    for (int s = 0; s < R; ++s) {
-      if (lane < kARowBytes / 16) reinterpret_cast<uint4*>(slots + s * kPairSlotBytes + r * kARowBytes)[lane] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-  if (lane == 0) {
-    for (int s = 0; s < R; ++s) {
-      cc::barrier_init(&full[s], owned(s) ? 32 : 1);  // owned: every lane's copies; else the owner's forward
-      cc::barrier_init(&empty[s], 1);
-    }
-    cc::barrier_init_fence();
-  }
-  cc::fence_before_bulk();
-  cc::cluster_sync();  // the peer's barriers exist before anything arrives on them
-
-  auto issue_weights = [&](int i) {
-    issue_weight_tile<true, NT, true>(ring + (i % S) * kPairStageBytes, kKTile, p.w, p.ldw_bytes, n0, p.epilogue.n,
-                                      warp + kWarps * i, lane);
-  };
-  // The owner's fetch of tile j into its slot (16-byte cp.async pieces; each lane's arrival on the
-  // slot's barrier comes when its pieces have landed), once the peer is done with the slot.
-  auto fetch = [&](int j) {
-    const int s = j % R;
-    if (j >= R) cc::wait_phase(&empty[s], static_cast<uint32_t>((j / R - 1) & 1));
-    const int64_t kt = warp + kWarps * j;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int c = lane + 32 * q, row = c >> 3, piece = c & 7;
-      if (row < rows) {
-        cp_async_16(slots + s * kPairSlotBytes + row * kARowBytes + piece * 16, p.a + row * p.lda + kt * kKTile + piece * 8, true);
-      }
-    }
-    cc::cp_async_arrive_noinc(&full[s]);
-  };
-  // The owner's copy of tile j's rows into the peer's slot, once they have landed here.
-  auto forward = [&](int j) {
-    const int s = j % R;
-    cc::wait_phase(&full[s], static_cast<uint32_t>((j / R) & 1));
-    const uint8_t* slot = slots + s * kPairSlotBytes;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int c = lane + 32 * q, row = c >> 3, piece = c & 7;
-      const int offset = row * kARowBytes + piece * 16;
-      cc::store_to_peer(slot + offset, *reinterpret_cast<const uint4*>(slot + offset), peer);
-    }
-    __syncwarp();
-    if (lane == 0) cc::arrive_on_peer(&full[s], peer);  // releases the warp's stores
-  };
-
-  float acc[1][NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][nt][e] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
-    if (s < tiles) issue_weights(s);
-    cp_async_commit();
-  }
-  EpilogueInputs inputs[WarpItems<1, NT>::kCount];
-  load_item_inputs<1, NT, true, false>(inputs, p.epilogue, 0, n0);
-  pdl_wait();
-  load_item_inputs<1, NT, false, true>(inputs, p.epilogue, 0, n0);
-  // The first tiles' fetches and forwards (those the loop below would have run at i < 0).
-  for (int j = 0; j < kPairFetchAhead && j < tiles; ++j) {
-    if (owned(j)) fetch(j);
-  }
-  for (int j = 0; j < kPairForwardAhead && j < tiles; ++j) {
-    if (owned(j)) forward(j);
-  }
-  for (int i = 0; i < tiles; ++i) {
-    if (i + kPairFetchAhead < tiles && owned(i + kPairFetchAhead)) fetch(i + kPairFetchAhead);
-    if (i + kPairForwardAhead < tiles && owned(i + kPairForwardAhead)) forward(i + kPairForwardAhead);
-    cp_async_wait<S - 2>();  // weight stage i has landed
-    __syncwarp();
-    if (i + S - 1 < tiles) issue_weights(i + S - 1);
-    cp_async_commit();
-    if (p.trigger == GemmTrigger::kLastIssue && i == last_issue) pdl_launch_dependents();
-    const int s = i % R;
-    cc::wait_phase(&full[s], static_cast<uint32_t>((i / R) & 1));  // tile i's activations are here
-    uint4 a[2][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* row = slots + s * kPairSlotBytes + (g + 8 * h) * kARowBytes + 32 * t;
-      a[h][0] = *reinterpret_cast<const uint4*>(row);
-      a[h][1] = *reinterpret_cast<const uint4*>(row + 16);
-    }
-    mma_k_tile<true, NT>(acc[0], a, ring + (i % S) * kPairStageBytes, kKTile, g, t);
-    if (!owned(i)) {
-      __syncwarp();  // every lane has read the slot
-      if (lane == 0) cc::arrive_on_peer(&empty[s], peer);  // the owner may refill it
-    }
-  }
-  pdl_launch_dependents();
-  cp_async_wait<0>();
-  __syncthreads();  // the weight rings become the reduction buffer
-  reduce_warps_and_store<1, NT, false, true>(acc, smem, p.epilogue, p.partials, 0, n0, inputs);
-  // Neither CTA leaves while the other may still copy into, read or arrive on its shared memory.
-  cc::cluster_sync();
-}
-
 // Split-K second pass: one warp per (row, 32-column block) adds the splits' partials in split
 // order 0..S-1 and runs the same epilogue as the mma kernel (same 32-column warp layout, so the
 // SwiGLU pairs and argmax blocks line up identically).
@@ -505,13 +360,6 @@ void prepare_deep() {
                                            static_cast<int>(DeepStages<kFp8, NT, kSolo, kLean>::kTotalSmem)));
   });
 }
-void prepare_deep_pair() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kPairSmem)));
-  });
-}
 // Whether NT has a distinct solo layout (widths that fit two CTAs per SM; wider ones are solo anyway).
 template <bool kFp8, int NT>
 constexpr bool kHasSolo = deep_min_blocks(kFp8, NT, false) == 2;
@@ -551,18 +399,8 @@ template <bool kFp8>
 void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, bool pdl, int sm_count,
                     const MmaParams& params, int64_t m, int64_t n) {
   const bool deep = pipeline != GemmPipeline::kRing;
-  const bool solo = pipeline == GemmPipeline::kDeep || pipeline == GemmPipeline::kDeepPair;
+  const bool solo = pipeline == GemmPipeline::kDeep;
   if constexpr (kFp8) {
-    if (pipeline == GemmPipeline::kDeepPair && columns == 32 && sm_count > 0 && m <= 16) {
-      // Clusters of two CTAs, so an even grid (a last CTA past n computes nothing); one CTA per SM.
-      const int64_t n_blocks = (n + 31) / 32, padded = n_blocks + (n_blocks & 1);
-      if (padded <= sm_count) {
-        prepare_deep_pair();
-        launch_kernel("gemm_mma_deep_pair_kernel", gemm_mma_deep_pair_kernel, dim3(1, static_cast<unsigned>(padded), 1),
-                      dim3(kThreads), kPairSmem, stream, pdl, params);
-        return;
-      }
-    }
     if (columns == 128) {
       if (deep) launch_deep<kFp8, 16>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 16>(stream, pdl, params, m, n);
       return;
@@ -699,7 +537,6 @@ void prepare_gemm_kernels() {
   prepare_deep<false, 4, true>();
   prepare_deep<false, 4, true, true>();
   prepare_deep<false, 8, false>();
-  prepare_deep_pair();
   prepare<true, 1, 4, true>();
   prepare<true, 4, 4, true>();
   prepare<false, 1, 4, true>();

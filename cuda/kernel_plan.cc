@@ -101,7 +101,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       if (value == "auto") {
         plan.gemm_pipeline = KernelPlan{}.gemm_pipeline;
       } else if (!parse_gemm_pipeline(value, &plan.gemm_pipeline)) {
-        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep, deep-shared, deep-pair)");
+        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep, deep-shared)");
       }
     } else if (stage == "gemm_trigger") {
       if (value == "auto") {
@@ -214,10 +214,6 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
     case GemmPipeline::kDeepShared:
       pipeline_text = "deep-shared (deep with the ring sized for two CTAs per SM even where the grid has one, "
                       "and no wave split)";
-      break;
-    case GemmPipeline::kDeepPair:
-      pipeline_text = "deep-pair (deep, except that E4M3 32-column CTAs that fit one per SM run in clusters of two "
-                      "that fetch each activation tile from L2 once between them)";
       break;
   }
   d.emplace_back("kernel.gemm_pipeline", pipeline_text);

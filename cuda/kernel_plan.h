@@ -20,10 +20,9 @@
 //   gemm_cols_m64 auto (default: by weight shape for E4M3, 32 for bf16), 32, 64: the mma kernel's CTA
 //                 width at m > 16 (64-row tiles; 64 with bf16 weights falls back to 32 and the plan
 //                 says so; bits do not change with it)
-//   gemm_pipeline deep (default), deep-shared, deep-pair, ring: how the mma kernel streams operands at
-//                 m <= 16 (only the weights through a deep shared-memory ring with the activations in
-//                 registers; deep-pair: E4M3 32-column CTAs in clusters of two sharing the activation
-//                 tiles; or weights and activations through a shallower ring; bits do not change with it)
+//   gemm_pipeline deep (default), deep-shared, ring: how the mma kernel streams operands at m <= 16 (only the
+//                 weights through a deep shared-memory ring with the activations in registers, or
+//                 weights and activations through a shallower ring; bits do not change with it)
 //   gemm_trigger  last-issue (default), loop-end, start: where the deep pipeline's CTAs let the next
 //                 kernel of the PDL chain be scheduled: once a warp has issued its last weight
 //                 copy, after the main loop, or at the start (bits do not change with it)

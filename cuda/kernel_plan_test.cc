@@ -129,9 +129,8 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(gemm_mma_columns_m64(0, 512, 151936, bf16, 132), 32);  // bf16: always 32
   EXPECT_EQ(gemm_mma_columns_m64(64, 512, 151936, bf16, 132), 32);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_pipeline", "wide"}}, 128); }),
-            "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep, deep-shared, deep-pair)");
+            "CUDA kernels: gemm_pipeline=wide is not a pipeline (ring, deep, deep-shared)");
   EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep-shared"}}, 128).gemm_pipeline, GemmPipeline::kDeepShared);
-  EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep-pair"}}, 128).gemm_pipeline, GemmPipeline::kDeepPair);
   EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "deep"}}, 128).gemm_pipeline, GemmPipeline::kDeep);
   EXPECT_EQ(resolve_kernel_plan({{"gemm_pipeline", "auto"}}, 128).gemm_pipeline, KernelPlan{}.gemm_pipeline);
   EXPECT_EQ(resolve_kernel_plan({{"gemm_cols", "auto"}}, 128).gemm_columns, 0);

@@ -355,7 +355,7 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         const auto expected = run_script(base, script());
         const std::vector<std::pair<std::string, std::string>> levers = {
             {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
-            {"gemm_pipeline", "deep-shared"}, {"gemm_pipeline", "deep-pair"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
+            {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
             {"gemm_solo_smem", "full"}, {"pdl", "off"}, {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
             {"layer_chain", "off"}, {"layer_chain", "on"}};
         for (const auto& [stage, value] : levers) {

@@ -411,8 +411,7 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           }
           continue;
         }
-        for (GemmPipeline pipeline :
-             {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared, GemmPipeline::kDeepPair}) {
+        for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
           for (int columns : {32, 64, 96, 128}) {
             if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
             for (int sms : {device_sms, 3, 7}) {
