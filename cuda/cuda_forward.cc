@@ -257,6 +257,52 @@ void CudaDrafter::enqueue_last_block_forward() {
   run_block_forward(last_batch_, last_width_, nullptr);
 }
 
+RmsNormArgs CudaDrafter::hidden_norm(const float* weight, uint16_t* out, uint16_t* draft_out, int width,
+                                     int64_t rows) const {
+  RmsNormArgs norm;
+  norm.in = h_.get();
+  norm.ld_in = config_.hidden_size;
+  norm.weight = weight;
+  norm.cols = config_.hidden_size;
+  norm.eps = static_cast<float>(config_.rms_norm_eps);
+  norm.out = out;
+  norm.ld_out = ld_hidden_;
+  norm.draft_out = draft_out;
+  norm.block_width = width;
+  norm.rows = rows;
+  return norm;
+}
+
+GemmEpilogue CudaDrafter::qkv_epilogue() const {
+  GemmEpilogue qkv;
+  qkv.out = qkv_out_.get();
+  qkv.ld_out = config_.q_dim() + 2 * config_.kv_dim();
+  return qkv;
+}
+
+GemmEpilogue CudaDrafter::residual_epilogue(float* tap_out) const {
+  GemmEpilogue e;
+  e.residual = h_.get();
+  e.ld_residual = config_.hidden_size;
+  if (tap_out != nullptr) {
+    e.out = tap_out;
+    e.ld_out = config_.hidden_size;
+  }
+  return e;
+}
+
+GemmEpilogue CudaDrafter::gate_up_epilogue() const {
+  GemmEpilogue gate_up;
+  if (plan_.swiglu_fused) {  // act = silu(gate) · up
+    gate_up.swiglu_out = act_.get();
+    gate_up.ld_swiglu = ld_inter_;
+  } else {
+    gate_up.out = gate_up_out_.get();
+    gate_up.ld_out = 2 * config_.intermediate_size;
+  }
+  return gate_up;
+}
+
 GemmEpilogue CudaDrafter::lm_head_epilogue() const {
   GemmEpilogue logits;  // the logits, and with the fused argmax its per-32-column partials
   logits.out = logits_.get();
@@ -270,10 +316,8 @@ GemmEpilogue CudaDrafter::lm_head_epilogue() const {
 }
 
 std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int width, bool taps) const {
-  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t rows = static_cast<int64_t>(batch) * width;
   const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
-  const bool last = l + 1 == config_.num_layers;
   auto gemm = [&](const uint16_t* a, int64_t lda, int64_t m, const DeviceLinear& w, const GemmEpilogue& epilogue) {
     LayerChainStep s;
     s.kind = LayerChainStep::Kind::kGemm;
@@ -287,41 +331,18 @@ std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int
   auto rmsnorm = [&](const float* weight, uint16_t* out, uint16_t* draft_out) {
     LayerChainStep s;
     s.kind = LayerChainStep::Kind::kRmsNorm;
-    s.norm.in = h_.get();
-    s.norm.ld_in = h;
-    s.norm.weight = weight;
-    s.norm.cols = h;
-    s.norm.eps = static_cast<float>(config_.rms_norm_eps);
-    s.norm.out = out;
-    s.norm.ld_out = ld_hidden_;
-    s.norm.draft_out = draft_out;
-    s.norm.block_width = width;
-    s.norm.rows = rows;
+    s.norm = hidden_norm(weight, out, draft_out, width, rows);
     return s;
   };
   std::vector<LayerChainStep> steps;
-  GemmEpilogue o;  // h += attn · oᵀ
-  o.residual = h_.get();
-  o.ld_residual = h;
-  if (taps) o.out = o_out_.get(), o.ld_out = h;
-  steps.push_back(gemm(attn_.get(), ld_q_, rows, layer.o, o));
+  steps.push_back(gemm(attn_.get(), ld_q_, rows, layer.o, residual_epilogue(taps ? o_out_.get() : nullptr)));
   steps.push_back(rmsnorm(layer.post_norm.get(), y_.get(), nullptr));
-  GemmEpilogue gate_up;  // act = silu(gate) · up
-  gate_up.swiglu_out = act_.get();
-  gate_up.ld_swiglu = ld_inter_;
-  steps.push_back(gemm(y_.get(), ld_hidden_, rows, layer.gate_up, gate_up));
-  GemmEpilogue down;  // h += act · downᵀ
-  down.residual = h_.get();
-  down.ld_residual = h;
-  if (taps) down.out = mlp_out_.get(), down.ld_out = h;
-  steps.push_back(gemm(act_.get(), ld_inter_, rows, layer.down, down));
-  if (!last) {
+  steps.push_back(gemm(y_.get(), ld_hidden_, rows, layer.gate_up, gate_up_epilogue()));
+  steps.push_back(gemm(act_.get(), ld_inter_, rows, layer.down, residual_epilogue(taps ? mlp_out_.get() : nullptr)));
+  if (l + 1 < config_.num_layers) {
     const DeviceLayerWeights& next = weights_.layers[static_cast<size_t>(l + 1)];
     steps.push_back(rmsnorm(next.input_norm.get(), x_.get(), nullptr));
-    GemmEpilogue qkv;
-    qkv.out = qkv_out_.get();
-    qkv.ld_out = q_dim + 2 * kv_dim;
-    steps.push_back(gemm(x_.get(), ld_hidden_, rows, next.qkv, qkv));
+    steps.push_back(gemm(x_.get(), ld_hidden_, rows, next.qkv, qkv_epilogue()));
   } else {
     steps.push_back(rmsnorm(weights_.final_norm.get(), hf_.get(), hf_draft_.get()));
     if (plan_.layer_chain_lm_head) {
@@ -346,26 +367,16 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   // The layer chain replaces layer l's o ... and layer l+1's input RMSNorm and q|k|v.
   const bool chain = chain_ctas_ > 0 && rows <= kLayerChainMaxRows;
 
-  RmsNormArgs norm;
-  norm.in = h_.get();
-  norm.ld_in = h;
-  norm.cols = h;
-  norm.eps = eps;
-  norm.ld_out = ld_hidden_;
-  norm.rows = rows;
-
   for (int l = 0; l < config_.num_layers; ++l) {
     const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
     const std::string p = "L" + std::to_string(l) + ".";
-    norm.weight = layer.input_norm.get();
-    norm.out = x_.get();
+    const RmsNormArgs norm = hidden_norm(layer.input_norm.get(), x_.get(), nullptr, width, rows);
     if (l == 0) {
       EmbedArgs embed;
       embed.embed_tokens = weights_.embed.get();
       embed.anchors = d_anchors_.get();
       embed.mask_token_id = config_.mask_token_id;
       embed.h = h_.get();
-      norm.block_width = width;
       launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
       if (taps) taps->capture("embed", h_.get(), false, width, h, h);
     } else if (!chain && !plan_.ablated("rmsnorm")) {
@@ -373,11 +384,8 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     }
     if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
 
-    GemmEpilogue qkv_out;
-    qkv_out.out = qkv_out_.get();
-    qkv_out.ld_out = q_dim + 2 * kv_dim;
     if ((l == 0 || !chain) && !plan_.ablated("qkv")) {
-      enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_out);
+      enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_epilogue());
     }
 
     QkNormRopeArgs rope;
@@ -449,40 +457,25 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       continue;
     }
 
-    GemmEpilogue o_out;
-    o_out.residual = h_.get();
-    o_out.ld_residual = h;
-    if (taps) {
-      o_out.out = o_out_.get();
-      o_out.ld_out = h;
+    if (!plan_.ablated("o")) {
+      enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), residual_epilogue(taps ? o_out_.get() : nullptr));
     }
-    if (!plan_.ablated("o")) enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), o_out);
     if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
 
-    norm.weight = layer.post_norm.get();
-    norm.out = y_.get();
-    if (!plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+    if (!plan_.ablated("rmsnorm")) {
+      launch_rmsnorm(plan_.rmsnorm, hidden_norm(layer.post_norm.get(), y_.get(), nullptr, width, rows), stream_, pdl);
+    }
     if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
 
-    GemmEpilogue gate_up;
-    if (plan_.swiglu_fused) {
-      gate_up.swiglu_out = act_.get();
-      gate_up.ld_swiglu = ld_inter_;
-    } else {
-      gate_up.out = gate_up_out_.get();
-      gate_up.ld_out = 2 * inter;
+    if (!plan_.ablated("gate_up")) {
+      enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up_epilogue());
     }
-    if (!plan_.ablated("gate_up")) enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up);
     if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl);
 
-    GemmEpilogue down;
-    down.residual = h_.get();
-    down.ld_residual = h;
-    if (taps) {
-      down.out = mlp_out_.get();
-      down.ld_out = h;
+    if (!plan_.ablated("down")) {
+      enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(),
+                   residual_epilogue(taps ? mlp_out_.get() : nullptr));
     }
-    if (!plan_.ablated("down")) enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(), down);
     if (taps) {
       taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
       taps->capture(p + "out", h_.get(), false, width, h, h);
@@ -490,11 +483,10 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   }
 
   // hf = RMSNorm_norm(h); rows 1..B-1 of each block also go to the lm_head's input.
-  norm.weight = weights_.final_norm.get();
-  norm.out = hf_.get();
-  norm.draft_out = hf_draft_.get();
-  norm.block_width = width;
-  if (!chain && !plan_.ablated("rmsnorm")) launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+  if (!chain && !plan_.ablated("rmsnorm")) {
+    launch_rmsnorm(plan_.rmsnorm, hidden_norm(weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows),
+                   stream_, pdl);
+  }
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
   if (!(chain && plan_.layer_chain_lm_head) && !plan_.ablated("lm_head")) {

@@ -45,6 +45,13 @@ int parse_number(const std::string& stage, const std::string& value, std::initia
   throw bad_input("CUDA kernels: " + stage + "=" + value + " is not " + what + " (" + names + ")");
 }
 
+// An on/off lever: "auto" gives auto_value; anything else is refused by name.
+bool parse_switch(const std::string& stage, const std::string& value, bool auto_value) {
+  if (value == "auto") return auto_value;
+  if (value == "on" || value == "off") return value == "on";
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a setting (auto, on, off)");
+}
+
 // A count lever: "auto" gives 0, else an integer in [lo, hi]; anything else is refused by name.
 int parse_count(const std::string& stage, const std::string& value, int lo, int hi) {
   if (value == "auto") return 0;
@@ -146,21 +153,9 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
     } else if (stage == "layer_chain_ctas") {
       plan.layer_chain_ctas = parse_count(stage, value, 1, 1024);
     } else if (stage == "layer_chain_lm_head") {
-      if (value == "on" || value == "off") {
-        plan.layer_chain_lm_head = value == "on";
-      } else if (value == "auto") {
-        plan.layer_chain_lm_head = KernelPlan{}.layer_chain_lm_head;
-      } else {
-        throw bad_input("CUDA kernels: layer_chain_lm_head=" + value + " is not a setting (auto, on, off)");
-      }
+      plan.layer_chain_lm_head = parse_switch(stage, value, KernelPlan{}.layer_chain_lm_head);
     } else if (stage == "pdl") {
-      if (value == "on" || value == "auto") {
-        plan.pdl = true;
-      } else if (value == "off") {
-        plan.pdl = false;
-      } else {
-        throw bad_input("CUDA kernels: pdl=" + value + " is not a setting (on, off)");
-      }
+      plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
                       "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, layer_chain, layer_chain_ctas, layer_chain_lm_head, ablate)");

@@ -164,7 +164,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
             "CUDA kernels: ablate=rmsnorm+softmax: 'softmax' is not a block-forward kernel (rmsnorm, qk_norm_rope, "
             "attention, attention_chunks, combine, qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
-            "CUDA kernels: pdl=maybe is not a setting (on, off)");
+            "CUDA kernels: pdl=maybe is not a setting (auto, on, off)");
 
   // The split-K lever, for block and context rows; still our own kernels, so bitwise invariant.
   const KernelPlan s = resolve_kernel_plan({{"gemm", "mma-splitk"}, {"ctx_gemm", "mma-splitk"}}, 128);

@@ -341,7 +341,7 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
   // The GEMM's CTA widths, pipeline and PDL trigger point, the attention's P·V split, programmatic dependent launch
-  // and the layer chain (on by default for fp8: off runs the separate kernels; 7 or 1 CTAs run several units each)
+  // and the layer chain (off by default: on runs one persistent kernel per layer where it applies)
   // change only how work is run: the drafter's outputs must be the same bits as the default's, graphs on and off, in
   // both modes. head_dim 64 and 128 (two P·V passes: the split runs only there).
   for (int head_dim : {64, 128}) {
