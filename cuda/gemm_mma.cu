@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) 
     a_base += static_cast<int64_t>(kt_first) * kKTile;
   }
   // This warp's k-tiles: warp, warp + kWarps, ... below k_tiles (none when k_tiles <= warp).
-  const int tiles = warp < k_tiles ? (k_tiles - warp + kWarps - 1) / kWarps : 0;
+  const int tiles = warp_tiles(k_tiles, warp);
   uint8_t* ring = smem + static_cast<size_t>(warp) * L::kCount * L::kStageBytes;
 
   // Copies k-tile kt of the weights / the activations into stage `stage` of this warp's ring (rows
@@ -225,29 +225,16 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int64_t n0 = p.n_begin + static_cast<int64_t>(blockIdx.y) * NT * 8;
-  const int tiles = warp < p.k_tiles ? (p.k_tiles - warp + kWarps - 1) / kWarps : 0;
+  const int tiles = warp_tiles(p.k_tiles, warp);
   uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
   // The first call of any thread signals for the whole CTA; later calls change nothing.
   if (p.trigger == GemmTrigger::kStart) pdl_launch_dependents();
   // kLastIssue: at the iteration after this warp's last weight copy (its main loop's start when it
   // has no more than S - 1 k-tiles).
   const int last_issue = max(tiles - (S - 1), 0);
-  // This thread's activation rows g and g + 8 (null past m: their fragments stay zero).
   const uint16_t* rows[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) rows[h] = m0 + g + 8 * h < p.m ? p.a + (m0 + g + 8 * h) * p.lda + 16 * t : nullptr;
-  auto load_activations = [&](uint4 (&a)[2][2], int kt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (rows[h] != nullptr) {
-        const uint4* src = reinterpret_cast<const uint4*>(rows[h] + static_cast<int64_t>(kt) * kKTile);
-        a[h][0] = src[0];
-        a[h][1] = src[1];
-      } else {
-        a[h][0] = a[h][1] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  };
+  activation_rows(rows, p.a, p.lda, m0, p.m, g, t);
+  auto load_activations = [&](uint4 (&a)[2][2], int kt) { load_activation_fragments(a, rows, kt); };
   auto issue_weights = [&](int i) {  // this warp's i-th k-tile into stage i % S
     issue_weight_tile<kFp8, NT, true>(ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, p.w, p.ldw_bytes, n0,
                                       p.epilogue.n, warp + kWarps * i, lane);

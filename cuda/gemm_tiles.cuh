@@ -78,6 +78,34 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// How many k-tiles warp `warp` reduces of k_tiles (its tiles are warp, warp + kWarps, ...).
+__device__ __forceinline__ int warp_tiles(int k_tiles, int warp) {
+  return warp < k_tiles ? (k_tiles - warp + kWarps - 1) / kWarps : 0;
+}
+
+// This thread's activation rows g and g + 8 of the 16-row tile at m0, at its 16 elements of a
+// k-tile (mma_k_tile's fragment layout); null past m, where the fragments stay zero.
+__device__ __forceinline__ void activation_rows(const uint16_t* (&rows)[2], const uint16_t* a, int64_t lda, int64_t m0,
+                                                int64_t m, int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rows[h] = m0 + g + 8 * h < m ? a + (m0 + g + 8 * h) * lda + 16 * t : nullptr;
+}
+// This thread's activation fragments of k-tile kt, straight into registers. kThroughL2:
+// ld.global.cg, for activations that other CTAs of the same kernel wrote (the layer chain).
+template <bool kThroughL2 = false>
+__device__ __forceinline__ void load_activation_fragments(uint4 (&a)[2][2], const uint16_t* const (&rows)[2], int kt) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows[h] != nullptr) {
+      const uint4* src = reinterpret_cast<const uint4*>(rows[h] + static_cast<int64_t>(kt) * kKTile);
+      a[h][0] = kThroughL2 ? __ldcg(src) : src[0];
+      a[h][1] = kThroughL2 ? __ldcg(src + 1) : src[1];
+    } else {
+      a[h][0] = a[h][1] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
 // One k-tile of one 16-row m-tile: acc[nt] += A(16 × 64) · W(NT·8 × 64)ᵀ. `a` holds this thread's
 // activations (rows g and g+8, elements 16t..16t+15 of the k-tile), `weights` the stage's NT·8
 // weight rows of `row_bytes` each. Per n-tile its weight fragment, then the 4 mma k-steps in order:

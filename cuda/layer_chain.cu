@@ -47,6 +47,9 @@ namespace {
 
 using namespace gemm_tiles;  // the mma building blocks (gemm_tiles.cuh)
 
+// Activations that other CTAs of the chain wrote: loaded through L2 (load_activation_fragments).
+constexpr bool kFromOtherCtas = true;
+
 constexpr int kNT = 4;                              // n-tiles of 8 per unit: 32 columns
 constexpr int kUnitColumns = kNT * 8;
 constexpr int kSlotBytes = kNT * 8 * kKTile;        // one warp's E4M3 k-tile of a unit: 2 KB
@@ -84,10 +87,6 @@ struct ChainParams {
   int ctas;
   unsigned long long* barrier;
 };
-
-__device__ __forceinline__ int warp_tiles(int k_tiles, int warp) {
-  return warp < k_tiles ? (k_tiles - warp + kWarps - 1) / kWarps : 0;
-}
 
 __device__ __forceinline__ int first_unit(const GemmStep& g, int cta, int ctas) {
   const int u = (cta - g.rotation) % ctas;
@@ -154,20 +153,6 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter, unsign
     __threadfence();
   }
   __syncthreads();
-}
-
-// This thread's activation fragments of k-tile kt (rows g and g + 8; zeros past m), from L2.
-__device__ __forceinline__ void load_activations(uint4 (&a)[2][2], const uint16_t* const (&rows)[2], int kt) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rows[h] != nullptr) {
-      const uint4* src = reinterpret_cast<const uint4*>(rows[h] + static_cast<int64_t>(kt) * kKTile);
-      a[h][0] = __ldcg(src);
-      a[h][1] = __ldcg(src + 1);
-    } else {
-      a[h][0] = a[h][1] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
 }
 
 // RMSNorm rows cta, cta + ctas, ... of `a` (rmsnorm_row.cuh's order, 2 virtual threads each).
@@ -271,14 +256,13 @@ __device__ __forceinline__ void gemm_units(const ChainParams& p, const GemmStep&
                                            uint8_t* reduce, int& parity, int cta, int warp, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const uint16_t* rows[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) rows[h] = g + 8 * h < gs.e.m ? gs.a + (g + 8 * h) * gs.lda + 16 * t : nullptr;
+  activation_rows(rows, gs.a, gs.lda, 0, gs.e.m, g, t);
   uint4 a[D][2][2];
   const int first = first_unit(gs, cta, p.ctas);
   if (first < gs.units) {
 #pragma unroll
     for (int d = 0; d + 1 < D; ++d) {
-      if (d < tiles) load_activations(a[d], rows, warp + kWarps * d);
+      if (d < tiles) load_activation_fragments<kFromOtherCtas>(a[d], rows, warp + kWarps * d);
     }
   }
   for (int unit = first; unit < gs.units; unit += p.ctas) {
@@ -298,9 +282,9 @@ __device__ __forceinline__ void gemm_units(const ChainParams& p, const GemmStep&
         // Tile i + D - 1 (of this unit, or of the next one) into the slot of tile i - 1.
         const int ahead = i0 + d + D - 1;
         if (ahead < tiles) {
-          load_activations(a[(d + D - 1) % D], rows, warp + kWarps * ahead);
+          load_activation_fragments<kFromOtherCtas>(a[(d + D - 1) % D], rows, warp + kWarps * ahead);
         } else if (another) {
-          load_activations(a[(d + D - 1) % D], rows, warp + kWarps * (ahead - tiles));
+          load_activation_fragments<kFromOtherCtas>(a[(d + D - 1) % D], rows, warp + kWarps * (ahead - tiles));
         }
         const uint8_t* weights = ring.wait_next(p, cta, warp, lane);
         mma_k_tile<true, kNT>(acc[0], a[d], weights, kKTile, g, t);
@@ -367,28 +351,29 @@ std::string layer_chain_refusal(const std::vector<LayerChainStep>& steps) {
   int gemms = 0, norms = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const LayerChainStep& s = steps[i];
-    const std::string where = "step " + std::to_string(i) + ": ";
+    // Built only for a refusal: launch_layer_chain checks every launch's steps.
+    auto where = [i] { return "step " + std::to_string(i) + ": "; };
     if (s.kind == LayerChainStep::Kind::kRmsNorm) {
       ++norms;
       if (s.norm.rows < 1 || s.norm.rows > kLayerChainMaxRows) {
-        return where + "RMSNorm of " + std::to_string(s.norm.rows) + " rows (1 to " + std::to_string(kLayerChainMaxRows) + ")";
+        return where() + "RMSNorm of " + std::to_string(s.norm.rows) + " rows (1 to " + std::to_string(kLayerChainMaxRows) + ")";
       }
       if (!rmsnorm_vec_fits(s.norm, nullptr)) {
-        return where + "an RMSNorm of " + std::to_string(s.norm.cols) +
+        return where() + "an RMSNorm of " + std::to_string(s.norm.cols) +
                " columns that the vectorized kernel does not serve (whole float4s, aligned rows, at most 16384 columns)";
       }
       continue;
     }
     ++gemms;
-    if (s.w.format != WeightFormat::kE4M3) return where + "bf16 weights (the chain streams E4M3 weights)";
+    if (s.w.format != WeightFormat::kE4M3) return where() + "bf16 weights (the chain streams E4M3 weights)";
     if (s.m < 1 || s.m > kLayerChainMaxRows) {
-      return where + "GEMM of " + std::to_string(s.m) + " rows (1 to " + std::to_string(kLayerChainMaxRows) + ")";
+      return where() + "GEMM of " + std::to_string(s.m) + " rows (1 to " + std::to_string(kLayerChainMaxRows) + ")";
     }
     if (!gemm_mma_operands_fit(s.a, s.lda, s.w)) {
-      return where + "GEMM operands not padded/aligned (k_pad " + std::to_string(s.w.k_pad) + ", lda " +
+      return where() + "GEMM operands not padded/aligned (k_pad " + std::to_string(s.w.k_pad) + ", lda " +
              std::to_string(s.lda) + ")";
     }
-    if ((s.w.n + kUnitColumns - 1) / kUnitColumns > INT32_MAX) return where + "too many columns";
+    if ((s.w.n + kUnitColumns - 1) / kUnitColumns > INT32_MAX) return where() + "too many columns";
   }
   if (gemms > kLayerChainMaxGemms || norms > kLayerChainMaxNorms) {
     return std::to_string(gemms) + " GEMMs and " + std::to_string(norms) + " RMSNorms (at most " +
@@ -443,10 +428,6 @@ int layer_chain_ctas_per_sm() {
   return blocks;
 }
 
-void prepare_layer_chain_kernel() {
-  prepare_once();
-  cudaFuncAttributes a;
-  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, layer_chain_kernel));
-}
+void prepare_layer_chain_kernel() { prepare_once(); }
 
 }  // namespace dflash
