@@ -309,7 +309,6 @@ void CudaDrafter::resolve_layer_chain() {
   }
   chain_ctas_ = plan_.layer_chain_ctas > 0 ? plan_.layer_chain_ctas : sm_count_;
   chain_barriers_.allocate(static_cast<size_t>(config_.num_layers));
-  prepare_layer_chain_kernel();
   plan_.layer_chain_resolved =
       "on: one persistent kernel of " + std::to_string(chain_ctas_) +
       " CTAs per layer (o, post-attention RMSNorm, gate|up, down, the next input RMSNorm and q|k|v" +

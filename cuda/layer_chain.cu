@@ -428,6 +428,4 @@ int layer_chain_ctas_per_sm() {
   return blocks;
 }
 
-void prepare_layer_chain_kernel() { prepare_once(); }
-
 }  // namespace dflash

@@ -73,9 +73,9 @@ void launch_layer_chain(const std::vector<LayerChainStep>& steps, int ctas, unsi
 
 // The chain kernel's dynamic shared memory (its weight rings and reduction buffers).
 size_t layer_chain_smem_bytes();
-// CTAs of the chain kernel that fit on one SM of the current device at once (0: none).
+// CTAs of the chain kernel that fit on one SM of the current device at once (0: none). The first
+// call also sets the kernel's shared-memory limit (once per process), so calling it at
+// construction keeps that out of any graph capture.
 int layer_chain_ctas_per_sm();
-// Sets the kernel's shared-memory limit once, outside any graph capture.
-void prepare_layer_chain_kernel();
 
 }  // namespace dflash

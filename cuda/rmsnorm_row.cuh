@@ -2,7 +2,7 @@
 // per row) and the layer chain (layer_chain.cu: 256 threads), so that both give the same bits.
 //
 // The order: 512 "virtual" threads; virtual thread v holds the row's float4s v, v + 512, ... (at
-// most kNormMaxVecs), sums their squares in that order with fmaf (x, y, z, w), the 16 virtual
+// most kMaxVecs), sums their squares in that order with fmaf (x, y, z, w), the 16 virtual
 // warps reduce with an xor-shuffle tree (offsets 16, 8, 4, 2, 1) and their sums are added in warp
 // order. A CTA of 512 / V threads plays it with V virtual threads each: thread t is virtual
 // threads t + j·(512 / V), j < V, whose lanes are its own lane, so each shuffle tree is the
