@@ -78,11 +78,13 @@ class CudaDrafter final : public PagedProposer {
   // norm after the last layer) and the next q|k|v (or, as a lever, the lm_head). taps: the o and
   // down GEMMs also store their outputs for the o_proj and mlp taps.
   std::vector<LayerChainStep> layer_chain_steps(int layer, int batch, int width, bool taps) const;
-  // The block forward's operands, the same for its separate kernels and the layer chain:
-  // RMSNorm(h) with `weight` into `out` (and the draft rows into draft_out, when set); the GEMM
+  // The forward's operands, the same for the block forward's separate kernels, the layer chain
+  // and the context rows: RMSNorm of the [rows, hidden] fp32 `in` (h, or the context rows' fc
+  // output) with `weight` into `out` (and the draft rows into draft_out, when set); the GEMM
   // epilogues of q|k|v, of o and down (h += ·, and a copy to tap_out unless it is null), of
   // gate|up (the fused SwiGLU or the raw pair) and of the lm_head (logits and argmax partials).
-  RmsNormArgs hidden_norm(const float* weight, uint16_t* out, uint16_t* draft_out, int width, int64_t rows) const;
+  RmsNormArgs rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out, int width,
+                          int64_t rows) const;
   GemmEpilogue qkv_epilogue() const;
   GemmEpilogue residual_epilogue(float* tap_out) const;
   GemmEpilogue gate_up_epilogue() const;

@@ -132,16 +132,7 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
     fc_out.out = xc_f32_.get();
     fc_out.ld_out = h;
     enqueue_gemm(false, plan_.ctx_kernel(n, fc.format), d_ctx_.get(), ld_ctx_, n, fc, fc_out);
-    RmsNormArgs norm;
-    norm.in = xc_f32_.get();
-    norm.ld_in = h;
-    norm.weight = weights_.hidden_norm.get();
-    norm.cols = h;
-    norm.eps = static_cast<float>(config_.rms_norm_eps);
-    norm.out = xc_.get();
-    norm.ld_out = ld_hidden_;
-    norm.rows = n;
-    launch_rmsnorm(plan_.rmsnorm, norm, stream_);
+    launch_rmsnorm(plan_.rmsnorm, rmsnorm_args(xc_f32_.get(), weights_.hidden_norm.get(), xc_.get(), nullptr, 0, n), stream_);
     if (taps) {
       DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
       std::vector<uint16_t> bits(static_cast<size_t>(n * ld_hidden_));
@@ -257,10 +248,10 @@ void CudaDrafter::enqueue_last_block_forward() {
   run_block_forward(last_batch_, last_width_, nullptr);
 }
 
-RmsNormArgs CudaDrafter::hidden_norm(const float* weight, uint16_t* out, uint16_t* draft_out, int width,
-                                     int64_t rows) const {
+RmsNormArgs CudaDrafter::rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out,
+                                     int width, int64_t rows) const {
   RmsNormArgs norm;
-  norm.in = h_.get();
+  norm.in = in;
   norm.ld_in = config_.hidden_size;
   norm.weight = weight;
   norm.cols = config_.hidden_size;
@@ -331,7 +322,7 @@ std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int
   auto rmsnorm = [&](const float* weight, uint16_t* out, uint16_t* draft_out) {
     LayerChainStep s;
     s.kind = LayerChainStep::Kind::kRmsNorm;
-    s.norm = hidden_norm(weight, out, draft_out, width, rows);
+    s.norm = rmsnorm_args(h_.get(), weight, out, draft_out, width, rows);
     return s;
   };
   std::vector<LayerChainStep> steps;
@@ -370,7 +361,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   for (int l = 0; l < config_.num_layers; ++l) {
     const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
     const std::string p = "L" + std::to_string(l) + ".";
-    const RmsNormArgs norm = hidden_norm(layer.input_norm.get(), x_.get(), nullptr, width, rows);
+    const RmsNormArgs norm = rmsnorm_args(h_.get(), layer.input_norm.get(), x_.get(), nullptr, width, rows);
     if (l == 0) {
       EmbedArgs embed;
       embed.embed_tokens = weights_.embed.get();
@@ -463,7 +454,8 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
 
     if (!plan_.ablated("rmsnorm")) {
-      launch_rmsnorm(plan_.rmsnorm, hidden_norm(layer.post_norm.get(), y_.get(), nullptr, width, rows), stream_, pdl);
+      launch_rmsnorm(plan_.rmsnorm, rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows), stream_,
+                     pdl);
     }
     if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
 
@@ -484,8 +476,9 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
 
   // hf = RMSNorm_norm(h); rows 1..B-1 of each block also go to the lm_head's input.
   if (!chain && !plan_.ablated("rmsnorm")) {
-    launch_rmsnorm(plan_.rmsnorm, hidden_norm(weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows),
-                   stream_, pdl);
+    launch_rmsnorm(plan_.rmsnorm,
+                   rmsnorm_args(h_.get(), weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows), stream_,
+                   pdl);
   }
   if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
 
