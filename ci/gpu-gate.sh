@@ -12,7 +12,9 @@
 #     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     drafter.md §8), the replay of the oracle fixtures through dflash-harness when it was staged,
-#     the propose benchmark and the GEMM kernel benchmark (gemm_bench); writes logs, benchmarks.md and summary.txt under DIR (default
+#     the propose benchmark, the GEMM kernel benchmark (gemm_bench) and the persistent-forward
+#     design probe (stream_chain_probe: checks its own outputs, times the 20 layer GEMMs in one
+#     persistent kernel beside the drafter's kernels); writes logs, benchmarks.md and summary.txt under DIR (default
 #     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant
 #     (a DFLASH_CUDA_KERNELS value, e.g. "gemm=mma-splitk,ctx_gemm=mma-splitk") runs the drafter
 #     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
@@ -68,13 +70,13 @@ if ((remote == 0)); then
   set -e
   [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench gemm_bench)
+  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench gemm_bench stream_chain_probe)
   grep -q "dflash-harness" "$build_dir/build.ninja" 2>/dev/null && targets+=(dflash-harness)
   ninja -C "$build_dir" -j "$(nproc)" "${targets[@]}"
   rm -rf .gpu && mkdir -p .gpu
   for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
   for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
-  cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" .gpu/
+  cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" "$build_dir/bench/stream_chain_probe" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
@@ -186,6 +188,19 @@ elif gemm_benches >"$out_dir/gemm-bench.log" 2>&1; then
   note "PASS gemm_bench (gemm-bench.log)"
 else
   note "FAIL gemm_bench (see gemm-bench.log)"
+  status=1
+fi
+
+# The persistent-forward design probe (docs/benchmarks.md, "The streaming chain probe"): fails when
+# its outputs leave the reordering bound; its times go to the summary.
+if ((gemm_bench == 0)); then
+  note "--no-gemm-bench: the streaming chain probe was not run"
+elif .gpu/stream_chain_probe >"$out_dir/stream-chain-probe.log" 2>&1; then
+  note "PASS stream_chain_probe (stream-chain-probe.log)"
+  grep -E "^outputs vs|^\| the (drafter|streaming)" "$out_dir/stream-chain-probe.log" >>"$summary"
+else
+  note "FAIL stream_chain_probe (see stream-chain-probe.log)"
+  tail -n 5 "$out_dir/stream-chain-probe.log" | tee -a "$summary"
   status=1
 fi
 
