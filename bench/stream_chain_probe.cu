@@ -516,6 +516,8 @@ int main_impl(int argc, char** argv) {
         if (p.steps >= kMaxSteps) throw internal_error("too many steps");
         p.step[p.steps++].barrier_only = 1;
       }
+      // Whole units and k-tiles: the ring copies every row of a unit, unguarded.
+      if (sh.n % kUnitColumns != 0 || sh.k % kKTile != 0) throw internal_error(std::string(sh.name) + ": not whole units");
       weights[i].allocate(sh.n * sh.k);
       fill_codes<<<1024, 256>>>(weights[i].get(), weights[i].size(), seed + 100 + i);
       DFLASH_CUDA_CHECK_LAUNCH("fill_codes");
