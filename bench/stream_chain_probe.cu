@@ -43,6 +43,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_tiles.cuh"
+#include "cuda/grid_barrier.cuh"
 
 namespace dflash {
 namespace {
@@ -82,6 +83,7 @@ constexpr size_t kGroupRedFloats = static_cast<size_t>(kGroupWarps / 2) * kRows 
 constexpr size_t kRedBytes = kGroups * kGroupRedFloats * sizeof(float);
 constexpr size_t kSmemBytes = kRingBytes + kRedBytes + 16;
 constexpr int kMaxSteps = 32;
+constexpr unsigned long long kBarrierTimeoutNs = 2'000'000'000;  // a barrier takes microseconds
 
 struct Step {
   const uint16_t* a;  // bf16 [16, lda]
@@ -103,30 +105,6 @@ struct Params {
   unsigned long long* barrier;
   unsigned long long* stamps;  // [steps + 1]: CTA 0's %globaltimer at each step's start, and the end
 };
-
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void grid_barrier(unsigned long long* counter, unsigned long long target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1ull);
-    const unsigned long long start = globaltimer_ns();
-    while (load_acquire(counter) < target) {
-      if (globaltimer_ns() - start > 2000000000ull) __trap();  // not all CTAs resident
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
 
 __device__ __forceinline__ int first_unit(const Step& s, int cta, int ctas) {
   const int u = (cta - s.rotation) % ctas;
@@ -250,10 +228,10 @@ __global__ void __launch_bounds__(kThreads, 1) stream_chain_kernel(const __grid_
 
   const unsigned long long per_launch = static_cast<unsigned long long>(p.steps - 1) * p.ctas;
   unsigned long long base = 0;
-  if (threadIdx.x == 0) base = load_acquire(p.barrier) / per_launch * per_launch;
+  if (threadIdx.x == 0) base = launch_base(p.barrier, per_launch);
 
   for (int si = 0; si < p.steps; ++si) {
-    if (si > 0) grid_barrier(p.barrier, base + static_cast<unsigned long long>(si) * p.ctas);
+    if (si > 0) grid_barrier(p.barrier, base + static_cast<unsigned long long>(si) * p.ctas, si, kBarrierTimeoutNs);
     if (cta == 0 && threadIdx.x == 0) p.stamps[si] = globaltimer_ns();
     const Step& s = p.step[si];
     if (s.barrier_only) continue;

@@ -25,13 +25,11 @@
 //
 // Visibility. Data that other CTAs of this kernel wrote (h, the activations of y, act, x) is read
 // with ld.global.cg (L2), never through L1, which is not coherent across SMs within a kernel.
-// The barrier: __syncthreads, then thread 0 fences (gpu scope), adds 1 to the counter and spins
-// with acquire loads until every CTA has arrived, fences, __syncthreads.
+// The barriers are grid_barrier.cuh's.
 #include "cuda/layer_chain.h"
 
 #include <cuda_bf16.h>
 
-#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -39,6 +37,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/gemm_tiles.cuh"
+#include "cuda/grid_barrier.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/rmsnorm_row.cuh"
 
@@ -122,38 +121,6 @@ struct TileCursor {
     }
   }
 };
-
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Every CTA has arrived `target` times in all (see the file comment); thread 0 waits, then the CTA.
-__device__ __forceinline__ void grid_barrier(unsigned long long* counter, unsigned long long target, int step) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1ull);
-    const unsigned long long start = globaltimer_ns();
-    while (load_acquire(counter) < target) {
-      if (globaltimer_ns() - start > kLayerChainBarrierTimeoutNs) {
-        printf("layer chain: CTA %d waited over %llu ns at the barrier before step %d (%llu of %llu arrivals): "
-               "are all CTAs resident?\n",
-               static_cast<int>(blockIdx.x), kLayerChainBarrierTimeoutNs, step, load_acquire(counter), target);
-        __trap();
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
 
 // RMSNorm rows cta, cta + ctas, ... of `a` (rmsnorm_row.cuh's order, 2 virtual threads each).
 __device__ __forceinline__ void norm_rows(const RmsNormArgs& a, int cta, int ctas, float* scratch) {
@@ -307,16 +274,14 @@ __global__ void __launch_bounds__(kThreads, 1) layer_chain_kernel(const __grid_c
   for (int s = 0; s < kStages - 1; ++s) ring.issue(p, cta, warp, lane);
   pdl_wait();
 
-  // The counter only grows: this launch's barriers are the next (steps - 1) · ctas arrivals after
-  // the last whole launch. No CTA of this launch can have passed its first barrier yet, so the
-  // count read here is below that launch boundary + ctas, and rounding down finds it.
+  // This launch's barriers are the next (steps - 1) · ctas arrivals on the counter (grid_barrier.cuh).
   const unsigned long long per_launch = static_cast<unsigned long long>(p.steps - 1) * p.ctas;
   unsigned long long base = 0;
-  if (threadIdx.x == 0 && per_launch > 0) base = load_acquire(p.barrier) / per_launch * per_launch;
+  if (threadIdx.x == 0) base = launch_base(p.barrier, per_launch);
 
   int parity = 0;
   for (int s = 0; s < p.steps; ++s) {
-    if (s > 0) grid_barrier(p.barrier, base + static_cast<unsigned long long>(s) * p.ctas, s);
+    if (s > 0) grid_barrier(p.barrier, base + static_cast<unsigned long long>(s) * p.ctas, s, kLayerChainBarrierTimeoutNs);
     if (s == p.steps - 1) pdl_launch_dependents();
     const int index = p.step_index[s];
     if (p.step_is_norm[s]) {
