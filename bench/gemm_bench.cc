@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/copy_bandwidth.h"
+#include "bench/median.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
@@ -36,11 +37,6 @@ struct Shape {
 uint64_t next_random(uint64_t& state) {
   state = state * 6364136223846793005ull + 1442695040888963407ull;
   return state >> 33;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int main_impl(int argc, char** argv) {

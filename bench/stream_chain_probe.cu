@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,12 +37,16 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/copy_bandwidth.h"
+#include "bench/median.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_tiles.cuh"
 #include "cuda/grid_barrier.cuh"
+#include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
@@ -367,28 +370,14 @@ __global__ void __launch_bounds__(kThreads, 1) stream_chain_kernel(const __grid_
   if (cta == 0 && threadIdx.x == 0) p.stamps[p.steps] = globaltimer_ns();
 }
 
-// The plain reference: one thread per output, fp32 sum in k order, and the sum of |terms| for the
-// reordering bound.
-__device__ float e4m3_value(uint8_t code) {
-  const int sign = code >> 7, exponent = (code >> 3) & 15, mantissa = code & 7;
-  const float magnitude = exponent == 0 ? ldexpf(static_cast<float>(mantissa), -9)
-                                        : ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
-  return sign ? -magnitude : magnitude;
-}
-__global__ void reference_kernel(Step s, int n, float* ref, float* abs_sum) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(kRows) * n) return;
-  const int r = static_cast<int>(i / n), col = static_cast<int>(i % n);
-  float sum = 0.0f, mag = 0.0f;
-  const int64_t k = static_cast<int64_t>(s.k_tiles) * kKTile;
-  for (int64_t kk = 0; kk < k; ++kk) {
-    const __nv_bfloat16 x = *reinterpret_cast<const __nv_bfloat16*>(s.a + r * s.lda + kk);
-    const float term = __bfloat162float(x) * e4m3_value(s.w[col * s.ldw + kk]);
-    sum += term;
-    mag += fabsf(term);
+// |x| of bf16 bits or E4M3 codes (the sign bit cleared): the plain GEMM of the magnitudes gives
+// Σ|terms| for the reordering bound.
+template <typename T>
+__global__ void clear_sign_bits(const T* in, T* out, size_t count, T sign) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = static_cast<T>(in[i] & ~sign);
   }
-  ref[i] = sum * s.scale[col];
-  abs_sum[i] = mag * fabsf(s.scale[col]);
 }
 
 __device__ uint32_t hash32(uint64_t x) {
@@ -417,9 +406,15 @@ __global__ void fill_bf16(uint16_t* x, size_t count, uint64_t seed) {
   }
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+// A GEMM step's weights as the drafter's GEMMs take them.
+DeviceMatrixView step_weights(const Step& s) {
+  DeviceMatrixView w;
+  w.format = WeightFormat::kE4M3;
+  w.n = static_cast<int64_t>(s.col_blocks) * kUnitColumns;
+  w.k = w.k_pad = static_cast<int64_t>(s.k_tiles) * kKTile;
+  w.data = s.w;
+  w.scale = s.scale;
+  return w;
 }
 
 struct GemmShape {
@@ -459,6 +454,11 @@ int main_impl(int argc, char** argv) {
               sm_count, per_sm, kThreads, kGroups, kGroupWarps, kSmemBytes, copy_rate / 1e9);
 
   const GemmShape layer_shapes[4] = {{"o", 4096, 4096}, {"gate|up", 24576, 4096}, {"down", 4096, 12288}, {"q|k|v", 6144, 4096}};
+  size_t max_n = 6144, max_weight = 0;  // x0 has q|k|v's 6144 columns; every step reads at most max_n
+  for (const GemmShape& sh : layer_shapes) {
+    max_n = std::max(max_n, static_cast<size_t>(sh.n));
+    max_weight = std::max(max_weight, static_cast<size_t>(sh.n * sh.k));
+  }
   const int gemms = 4 * layers;
   std::vector<DeviceBuffer<uint8_t>> weights(gemms);
   std::vector<DeviceBuffer<float>> scales(gemms), partials(gemms);
@@ -470,15 +470,11 @@ int main_impl(int argc, char** argv) {
 
   // The per-row scale keeps each output's variance that of its input: 1 / sqrt(k · E[code²]).
   double mean_square = 0;
-  int codes = 0;
   for (int c = 0; c < 256; ++c) {
-    if ((c & 0x7f) == 0x7f) continue;
-    const int e = (c >> 3) & 15, mnt = c & 7;
-    const double v = e == 0 ? std::ldexp(mnt, -9) : std::ldexp(1.0 + mnt / 8.0, e - 7);
+    const double v = e4m3_to_float(static_cast<uint8_t>((c & 0x7f) == 0x7f ? c ^ 1 : c));  // fill_codes' NaN substitute
     mean_square += v * v;
-    ++codes;
   }
-  mean_square = (mean_square + 2 * std::ldexp(1.75, 8) * std::ldexp(1.75, 8)) / (codes + 2);  // 0x7e twice
+  mean_square /= 256;
 
   Params p = {};
   std::vector<int> gemm_step;
@@ -558,17 +554,9 @@ int main_impl(int argc, char** argv) {
 
   cudaStream_t stream;
   DFLASH_CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  auto launch = [&] { DFLASH_CUDA_CHECK(cudaLaunchKernelEx(&config, stream_chain_kernel, p)); };
+  auto launch = [&] {
+    launch_cooperative_kernel("stream_chain_kernel", stream_chain_kernel, dim3(ctas), dim3(kThreads), kSmemBytes, stream, p);
+  };
   cudaEvent_t start, stop;
   DFLASH_CUDA_CHECK(cudaEventCreate(&start));
   DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
@@ -591,31 +579,41 @@ int main_impl(int argc, char** argv) {
   std::vector<unsigned long long> st(p.steps + 1);
   DFLASH_CUDA_CHECK(cudaMemcpy(st.data(), stamps.get(), st.size() * 8, cudaMemcpyDeviceToHost));
 
-  // Check every GEMM step's output against the plain reference of its own input.
+  // Check every GEMM step's output against the drafter's plain reference GEMM (kSimple: one thread
+  // per output, fp32 in k order) of its own input; the same GEMM of the magnitudes gives Σ|terms|.
   double worst = 0;
   int64_t failures = 0;
-  for (int i = 0; i < (kTimingOnly ? 0 : gemms); ++i) {
-    const Step& s = p.step[gemm_step[i]];
-    const int n = s.col_blocks * kUnitColumns;
-    DeviceBuffer<float> ref(kRows * n), mag(kRows * n);
-    reference_kernel<<<(kRows * n + 255) / 256, 256, 0, stream>>>(s, n, ref.get(), mag.get());
-    DFLASH_CUDA_CHECK_LAUNCH("reference_kernel");
-    std::vector<float> r(kRows * n), m(kRows * n);
-    std::vector<uint16_t> o(kRows * n);
-    DFLASH_CUDA_CHECK(cudaMemcpyAsync(r.data(), ref.get(), r.size() * 4, cudaMemcpyDeviceToHost, stream));
-    DFLASH_CUDA_CHECK(cudaMemcpyAsync(m.data(), mag.get(), m.size() * 4, cudaMemcpyDeviceToHost, stream));
-    DFLASH_CUDA_CHECK(cudaMemcpyAsync(o.data(), s.out, o.size() * 2, cudaMemcpyDeviceToHost, stream));
-    DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double k = static_cast<double>(s.k_tiles) * kKTile;
-    for (size_t e = 0; e < r.size(); ++e) {
-      const uint32_t bits = static_cast<uint32_t>(o[e]) << 16;
-      float got;
-      std::memcpy(&got, &bits, 4);
-      // bf16 rounding of either sum (2^-8 relative each) plus fp32 reordering (k · 2^-24 · Σ|terms|).
-      const double tol = std::ldexp(std::fabs(r[e]), -7) + k * std::ldexp(1.0, -24) * m[e];
-      const double ratio = std::fabs(got - r[e]) / tol;
-      if (!(ratio <= 1.0)) ++failures;
-      worst = std::max(worst, std::isfinite(ratio) ? ratio : 1e30);
+  if (!kTimingOnly) {
+    DeviceBuffer<uint8_t> abs_w(max_weight);
+    DeviceBuffer<uint16_t> abs_a(kRows * max_n);
+    DeviceBuffer<float> ref(kRows * max_n), mag(kRows * max_n);
+    for (int i = 0; i < gemms; ++i) {
+      const Step& s = p.step[gemm_step[i]];
+      const DeviceMatrixView w = step_weights(s);
+      const size_t n = static_cast<size_t>(w.n), w_count = n * w.k, a_count = kRows * s.lda;
+      launch_gemm_simple(stream, s.a, s.lda, kRows, w, ref.get());
+      clear_sign_bits<<<1024, 256, 0, stream>>>(s.w, abs_w.get(), w_count, uint8_t{0x80});
+      DFLASH_CUDA_CHECK_LAUNCH("clear_sign_bits");
+      clear_sign_bits<<<64, 256, 0, stream>>>(s.a, abs_a.get(), a_count, uint16_t{0x8000});
+      DFLASH_CUDA_CHECK_LAUNCH("clear_sign_bits");
+      DeviceMatrixView abs_view = w;
+      abs_view.data = abs_w.get();
+      launch_gemm_simple(stream, abs_a.get(), s.lda, kRows, abs_view, mag.get());
+      std::vector<float> r(kRows * n), m(kRows * n), sc(n);
+      std::vector<uint16_t> o(kRows * n);
+      DFLASH_CUDA_CHECK(cudaMemcpyAsync(r.data(), ref.get(), r.size() * 4, cudaMemcpyDeviceToHost, stream));
+      DFLASH_CUDA_CHECK(cudaMemcpyAsync(m.data(), mag.get(), m.size() * 4, cudaMemcpyDeviceToHost, stream));
+      DFLASH_CUDA_CHECK(cudaMemcpyAsync(sc.data(), s.scale, sc.size() * 4, cudaMemcpyDeviceToHost, stream));
+      DFLASH_CUDA_CHECK(cudaMemcpyAsync(o.data(), s.out, o.size() * 2, cudaMemcpyDeviceToHost, stream));
+      DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (size_t e = 0; e < r.size(); ++e) {
+        const double scale = sc[e % n], want = r[e] * scale;
+        // bf16 rounding of either sum (2^-8 relative each) plus fp32 reordering (k · 2^-24 · Σ|terms|).
+        const double tol = std::ldexp(std::fabs(want), -7) + w.k * std::ldexp(1.0, -24) * m[e] * std::fabs(scale);
+        const double ratio = std::fabs(bf16_bits_to_float(o[e]) - want) / tol;
+        if (!(ratio <= 1.0)) ++failures;
+        worst = std::max(worst, std::isfinite(ratio) ? ratio : 1e30);
+      }
     }
   }
   if (kTimingOnly) {
@@ -641,7 +639,7 @@ int main_impl(int argc, char** argv) {
 
   // The baseline: the same 20 GEMMs as the drafter's own kernels, PDL, one graph.
   prepare_gemm_kernels();
-  DeviceBuffer<float> base_out(kRows * 24576);
+  DeviceBuffer<float> base_out(kRows * max_n);
   GemmContext ctx;
   ctx.stream = stream;
   ctx.sm_count = sm_count;
@@ -649,12 +647,7 @@ int main_impl(int argc, char** argv) {
   auto baseline_body = [&] {
     for (int i = 0; i < gemms; ++i) {
       const Step& s = p.step[gemm_step[i]];
-      DeviceMatrixView w;
-      w.format = WeightFormat::kE4M3;
-      w.n = static_cast<int64_t>(s.col_blocks) * kUnitColumns;
-      w.k = w.k_pad = static_cast<int64_t>(s.k_tiles) * kKTile;
-      w.data = s.w;
-      w.scale = s.scale;
+      const DeviceMatrixView w = step_weights(s);
       GemmEpilogue ep;
       ep.out = base_out.get();
       ep.ld_out = w.n;

@@ -14,6 +14,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "cuda/cuda_check.h"
 
 namespace dflash {
@@ -30,24 +32,47 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `pdl` is set; the
+namespace launch_detail {
+// kernel<<<grid, block, smem, stream>>>(args...) with the `count` launch attributes given; the
 // launch is checked and a failure names `what`.
 template <typename... Params, typename... Args>
-void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   bool pdl, Args&&... args) {
+void launch_with_attributes(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, cudaLaunchAttribute* attributes, unsigned count, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
   if (status != cudaSuccess) throw_cuda_error(status, what, __FILE__, __LINE__);
   DFLASH_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace launch_detail
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `pdl` is set; the
+// launch is checked and a failure names `what`.
+template <typename... Params, typename... Args>
+void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   bool pdl, Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  launch_detail::launch_with_attributes(what, kernel, grid, block, smem, stream, attribute, pdl ? 1u : 0u,
+                                        std::forward<Args>(args)...);
+}
+
+// The same as a cooperative launch: every CTA resident at once, or the launch fails (for kernels
+// with grid barriers that are not guaranteed residency otherwise).
+template <typename... Params, typename... Args>
+void launch_cooperative_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  launch_detail::launch_with_attributes(what, kernel, grid, block, smem, stream, attribute, 1u,
+                                        std::forward<Args>(args)...);
 }
 
 }  // namespace dflash
