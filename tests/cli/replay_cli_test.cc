@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kOracleDir = std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle";
-const std::string kCapturesDir = std::string(DFLASH_SOURCE_DIR) + "/../shared/captures";
+const std::string kCapturesDir = std::string(DFLASH_SOURCE_DIR) + "/fixtures/captures";
 
 std::vector<std::string> fixture_dirs(const std::string& parent) {
   std::vector<std::string> dirs;
@@ -44,9 +44,8 @@ TEST(ReplayCli, EveryBundledOracleFixturePassesOnTheReference) {
 }
 
 TEST(ReplayCli, CleanBf16CapturesPass) {
-  if (!fs::exists(kCapturesDir)) GTEST_SKIP() << "no engine captures at " << kCapturesDir << " (shared/ not checked out)";
   const std::vector<std::string> dirs = fixture_dirs(kCapturesDir + "/bf16");
-  ASSERT_FALSE(dirs.empty());
+  ASSERT_EQ(dirs.size(), 3u) << "the bundled bf16 captures are missing from " << kCapturesDir;
   for (const std::string& dir : dirs) {
     const RunResult r = run_harness({"replay", dir});
     EXPECT_EQ(r.exit_code, 0) << dir << "\n" << r.output;
@@ -55,9 +54,8 @@ TEST(ReplayCli, CleanBf16CapturesPass) {
 }
 
 TEST(ReplayCli, PlantedCapturesFailNamingTheirFirstStage) {
-  if (!fs::exists(kCapturesDir)) GTEST_SKIP() << "no engine captures at " << kCapturesDir << " (shared/ not checked out)";
   const std::vector<std::string> dirs = fixture_dirs(kCapturesDir + "/planted");
-  ASSERT_FALSE(dirs.empty());
+  ASSERT_EQ(dirs.size(), 2u) << "the bundled planted captures are missing from " << kCapturesDir;
   for (const std::string& dir : dirs) {
     const nlohmann::json expect = nlohmann::json::parse(read_file(dir + ".expect.json"));
     const std::string stage = expect.at("first_stage").get<std::string>();

@@ -1,5 +1,5 @@
 // Shared by the tests of tests/io: a scratch directory that removes itself, where the bundled
-// oracle fixtures and the shared engine captures live, and a small synthetic drafter.
+// oracle fixtures and the bundled engine captures live, and a small synthetic drafter.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -37,8 +37,7 @@ class TempDir {
 
 inline std::string source_dir() { return DFLASH_SOURCE_DIR; }
 inline std::string oracle_dir(const std::string& name) { return source_dir() + "/fixtures/oracle/" + name; }
-// The engine captures sit beside the checkout in shared/, not in the repository.
-inline std::string captures_dir() { return source_dir() + "/../shared/captures"; }
+inline std::string captures_dir() { return source_dir() + "/fixtures/captures"; }
 
 inline const char* const kOracleFixtures[] = {
     "tiny-mha", "tiny-gqa", "bias-mqa-eps", "yarn", "batch-widths-release", "ctx-window", "derived-layer-ids"};
