@@ -1,0 +1,158 @@
+"""The `dflash-capture` command: `record` a drafter into a fixture, `inspect` a fixture."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+from .checkpoint import import_class, load_drafter, load_target, read_config
+from .errors import CaptureError
+from .recorder import PRECISIONS, Recorder
+from .safetensors_io import read_safetensors
+from .scenario import load_hidden, run_scenario
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _widths(text):
+    try:
+        widths = [int(w) for w in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--widths: expected comma-separated integers, got {text!r}") from None
+    if not widths or min(widths) < 0:
+        raise argparse.ArgumentTypeError(f"--widths: expected integers >= 0, got {text!r}")
+    return widths
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="dflash-capture", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("record", help="record a PyTorch drafter into a fixture (format v1)")
+    r.add_argument("--model-file", required=True, help="Python file defining the drafter class")
+    r.add_argument("--class", dest="class_name", required=True, help="the drafter class (an nn.Module)")
+    r.add_argument("--checkpoint", required=True, help="drafter checkpoint directory (Hugging Face layout)")
+    r.add_argument("--target", required=True,
+                   help="the target's embed_tokens/lm_head: a safetensors file or a checkpoint directory")
+    r.add_argument("--out", required=True, help="fixture directory to write")
+    r.add_argument("--dtype", choices=sorted(DTYPES), default="float64",
+                   help="the drafter's dtype; it sets the expectation precision (default float64)")
+    r.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    r.add_argument("--prompt", type=int, default=16, help="context rows of each sequence's first propose")
+    r.add_argument("--steps", type=int, default=4, help="proposes per sequence")
+    r.add_argument("--batch", type=int, default=1, help="sequences proposing together")
+    r.add_argument("--seed", type=int, default=0, help="seed of context rows, anchors and accept counts")
+    r.add_argument("--positions-from", type=int, default=0,
+                   help="first prompt position: sequences start at this absolute position")
+    r.add_argument("--widths", type=_widths, help="block widths, cycled (default the block size)")
+    r.add_argument("--gamma", type=int, help="head gamma (default the block size)")
+    r.add_argument("--ctx-cap", type=int, default=4096, help="head context window (default 4096)")
+    r.add_argument("--page-size", type=int, default=16, help="head KV page size (default 16)")
+    r.add_argument("--hidden", help="safetensors of real target hidden states [N, nT·Ht] (default: seeded random)")
+    r.add_argument("--name", help="fixture name (default the output folder's name)")
+    r.add_argument("--description", default="", help="fixture description")
+    i = sub.add_parser("inspect", help="print what a fixture recorded")
+    i.add_argument("fixture", help="fixture directory or its fixture.json")
+    return p
+
+
+def _progress(total):
+    started = time.monotonic()
+    last = [started]
+
+    def report(step_index):
+        now = time.monotonic()
+        done = step_index + 1
+        if now - last[0] >= 1.0 or done == total:
+            last[0] = now
+            print(f"record: propose {done}/{total} ({now - started:.1f} s)", file=sys.stderr, flush=True)
+    return report
+
+
+def record(args):
+    dtype = DTYPES[args.dtype]
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise CaptureError(f"--device {args.device}: torch sees no CUDA device")
+    cls = import_class(args.model_file, args.class_name)
+    model, config = load_drafter(cls, args.checkpoint, dtype, torch.device(args.device))
+    embed, lm_head = load_target(args.target, config)
+    recorder = Recorder(model, embed, lm_head, config, gamma=args.gamma, ctx_cap=args.ctx_cap,
+                        max_batch=max(args.batch, 1), kv_page_size=args.page_size, progress=_progress(args.steps))
+    widths = args.widths or [recorder.facts.block_size]
+    hidden = load_hidden(args.hidden, recorder.facts.ctx_features) if args.hidden else None
+    print(f"record: seed {args.seed}, {args.dtype} on {args.device}, {args.batch} sequence(s) x {args.steps} "
+          f"proposes from position {args.positions_from}", file=sys.stderr)
+    run_scenario(recorder, seed=args.seed, prompt=args.prompt, steps=args.steps, batch=args.batch,
+                 positions_from=args.positions_from, widths=widths, hidden=hidden,
+                 hidden_path=args.hidden)
+    provenance = {"seed": args.seed, "dtype": args.dtype, "device": args.device,
+                  "model": f"{os.path.basename(args.model_file)}:{args.class_name}",
+                  "context_rows": args.hidden or "seeded random, bf16-valued"}
+    name = args.name or os.path.basename(os.path.normpath(args.out))
+    for warning in recorder.save(args.out, name, args.description, provenance):
+        print(f"record: warning: {warning}", file=sys.stderr)
+    print(f"record: wrote {args.out} ({len(recorder.steps)} steps, expect_precision "
+          f"{PRECISIONS[recorder.dtype]})")
+
+
+def inspect(args):
+    path = args.fixture
+    manifest_path = os.path.join(path, "fixture.json") if os.path.isdir(path) else path
+    folder = os.path.dirname(os.path.abspath(manifest_path))
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except OSError as e:
+        raise CaptureError(f"{manifest_path}: cannot read ({e.strerror})") from None
+    except ValueError as e:
+        raise CaptureError(f"{manifest_path}: not JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "dflash-fixture":
+        raise CaptureError(f"{manifest_path}: field 'format' is not 'dflash-fixture'")
+    trace_file = os.path.join(folder, manifest.get("trace", "trace.safetensors"))
+    trace = read_safetensors(trace_file)
+    drafter_dir = os.path.join(folder, manifest.get("drafter_dir", "drafter"))
+    config = read_config(drafter_dir)
+    prov = manifest.get("provenance", {})
+    print(f"fixture   {manifest.get('name', '')}: {manifest.get('description', '')}")
+    print(f"provenance {json.dumps(prov)}")
+    print(f"head      {json.dumps(manifest.get('head', {}))}")
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "intermediate_size", "vocab_size", "rope_theta", "rope_scaling", "attention_bias", "rms_norm_eps")
+    print("drafter   " + ", ".join(f"{k}={config[k]}" for k in keys if k in config))
+
+    def describe(name):
+        if name not in trace:
+            raise CaptureError(f"{trace_file}: has no tensor '{name}' (named by {manifest_path})")
+        t = trace[name]
+        return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+    for i, step in enumerate(manifest.get("steps", [])):
+        if "release" in step:
+            print(f"step {i:3d} release {step['release']}")
+            continue
+        for e in step.get("propose", []):
+            expect = e.get("expect", {})
+            parts = [f"seq {e['seq']}", f"ctx {describe(e['ctx'])}", f"start {e['start']}", f"anchor {e['anchor']}",
+                     f"width {e['block_width']}"]
+            if "logits" in expect:
+                parts.append(f"logits {describe(expect['logits'])}")
+            if "draft_tokens" in expect:
+                parts.append("drafts " + str(trace[expect["draft_tokens"]].tolist()))
+            parts.append(f"{len(expect.get('taps', {}))} taps")
+            print(f"step {i:3d} propose " + ", ".join(parts))
+    print(f"trace     {len(trace)} tensors in {trace_file}")
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        (record if args.command == "record" else inspect)(args)
+    except CaptureError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
