@@ -11,7 +11,7 @@
 #     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
 #     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
-#     drafter.md §8), the replay of the oracle fixtures through dflash-harness when it was staged,
+#     drafter.md §8), the replay of the oracle and capture fixtures through dflash-harness when it was staged,
 #     the propose benchmark, the GEMM kernel benchmark (gemm_bench) and the persistent-forward
 #     design probe (stream_chain_probe: checks its own outputs, times the 20 layer GEMMs in one
 #     persistent kernel beside the drafter's kernels); writes logs, benchmarks.md and summary.txt under DIR (default
@@ -149,7 +149,7 @@ run_pass() {
   run_test "$label" properties_drafter_test "*Cuda*:*cuda*"
   if [ -x .gpu/dflash-harness ]; then
     for precision in bf16 fp8; do
-      if .gpu/dflash-harness replay fixtures/oracle/*/ --backend both --precision "$precision" \
+      if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/capture/*/ --backend both --precision "$precision" \
            >>"$out_dir/replay.log" 2>&1; then
         note "PASS ${label}dflash-harness replay --backend both --precision $precision"
       else
