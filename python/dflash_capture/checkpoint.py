@@ -2,30 +2,20 @@
 model.safetensors or a sharded model.safetensors.index.json), and the target's embedding and
 lm_head."""
 import importlib.util
-import json
 import os
 import sys
 
 import torch
 
 from .errors import CaptureError
+from .json_file import read_json_object
 from .safetensors_io import read_checkpoint_tensors, read_safetensors
 
 PREFIX = "model."
 
 
 def read_config(directory):
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise CaptureError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise CaptureError(f"{path}: not JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise CaptureError(f"{path}: not a JSON object")
-    return config
+    return read_json_object(os.path.join(directory, "config.json"))
 
 
 def import_class(model_file, class_name):

@@ -9,6 +9,8 @@ import torch
 
 from .checkpoint import import_class, load_drafter, load_target, read_config
 from .errors import CaptureError
+from .fixture_writer import FORMAT_NAME
+from .json_file import read_json_object
 from .recorder import PRECISIONS, Recorder
 from .safetensors_io import read_safetensors
 from .scenario import load_hidden, run_scenario
@@ -100,15 +102,9 @@ def inspect(args):
     path = args.fixture
     manifest_path = os.path.join(path, "fixture.json") if os.path.isdir(path) else path
     folder = os.path.dirname(os.path.abspath(manifest_path))
-    try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except OSError as e:
-        raise CaptureError(f"{manifest_path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise CaptureError(f"{manifest_path}: not JSON ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != "dflash-fixture":
-        raise CaptureError(f"{manifest_path}: field 'format' is not 'dflash-fixture'")
+    manifest = read_json_object(manifest_path)
+    if manifest.get("format") != FORMAT_NAME:
+        raise CaptureError(f"{manifest_path}: field 'format' is not '{FORMAT_NAME}'")
     trace_file = os.path.join(folder, manifest.get("trace", "trace.safetensors"))
     trace = read_safetensors(trace_file)
     drafter_dir = os.path.join(folder, manifest.get("drafter_dir", "drafter"))

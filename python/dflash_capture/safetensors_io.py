@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .errors import CaptureError
+from .json_file import read_json_object
 
 # Safetensors dtype name -> (numpy storage dtype, torch dtype). BF16 is stored as uint16 bits.
 _DTYPES = {
@@ -119,12 +120,7 @@ def read_checkpoint_tensors(directory):
     `model.safetensors.index.json` lists in its weight_map (each tensor from its named shard)."""
     index_path = os.path.join(directory, INDEX_NAME)
     if os.path.exists(index_path):
-        try:
-            with open(index_path) as f:
-                index = json.load(f)
-        except (OSError, ValueError) as e:
-            raise CaptureError(f"{index_path}: cannot read the index ({e})") from None
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        weight_map = read_json_object(index_path).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CaptureError(f"{index_path}: field 'weight_map' must be a non-empty object")
         shards = {}

@@ -3,6 +3,8 @@ tiny_dflash.py replay on the CPU reference within the bounds of their precision,
 rejected at the stage they corrupt, and bad input is refused by name.
 
 DFLASH_HARNESS names the dflash-harness binary (the ctest test sets it)."""
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -89,6 +91,21 @@ class CaptureRoundTrip(unittest.TestCase):
         self.assertEqual(len(taps), 2 + 9 * self.config["num_hidden_layers"] + 1)
         self.assertEqual(sorted(s["stage"] for s in result["pairs"][0]["stages"]),
                          sorted(list(taps) + ["logits"]))
+
+    def test_inspect_prints_the_recorded_steps_and_refuses_a_missing_fixture(self):
+        fixture = self.record("inspected")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(capture_main(["inspect", fixture]), 0)
+        text = out.getvalue()
+        self.assertIn('"expect_precision": "fp64"', text)
+        self.assertEqual(text.count(" propose seq "), 6)  # 3 steps x 2 sequences
+        self.assertIn("step   3 release [0, 1]", text)
+        self.assertIn("ctx bfloat16[12, 128], start 12", text)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(capture_main(["inspect", os.path.join(self.dir, "no-such")]), 2)
+        self.assertIn("no-such: cannot read", err.getvalue())
 
     def test_planted_interleaved_rope_is_rejected_at_L0_q(self):
         self.assert_rejected_at(self.record("rope-interleaved", "DFlashDrafterRopeInterleaved"), "L0.q")
