@@ -149,7 +149,7 @@ run_pass() {
   run_test "$label" properties_drafter_test "*Cuda*:*cuda*"
   if [ -x .gpu/dflash-harness ]; then
     for precision in bf16 fp8; do
-      if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/capture/*/ --backend both --precision "$precision" \
+      if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/recorded/*/ --backend both --precision "$precision" \
            >>"$out_dir/replay.log" 2>&1; then
         note "PASS ${label}dflash-harness replay --backend both --precision $precision"
       else

@@ -1,4 +1,4 @@
-"""Makes the bundled long-position capture fixtures (fixtures/capture/) with dflash-capture from
+"""Makes the bundled long-position capture fixtures (fixtures/recorded/) with dflash-capture from
 the PyTorch drafter of tiny_dflash.py, whose RoPE forms inv_freq and the angles as Hugging Face's
 rotary code does:
 
