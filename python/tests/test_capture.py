@@ -22,6 +22,7 @@ import tiny_dflash  # noqa: E402
 from dflash_capture import CaptureError, Recorder, TapMap, UPSTREAM, patch_rope_function  # noqa: E402
 from dflash_capture.checkpoint import load_drafter  # noqa: E402
 from dflash_capture.cli import main as capture_main  # noqa: E402
+from dflash_capture.safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 MODEL_FILE = os.path.join(HERE, "tiny_dflash.py")
 SEED = 11
@@ -91,6 +92,25 @@ class CaptureRoundTrip(unittest.TestCase):
         self.assertEqual(len(taps), 2 + 9 * self.config["num_hidden_layers"] + 1)
         self.assertEqual(sorted(s["stage"] for s in result["pairs"][0]["stages"]),
                          sorted(list(taps) + ["logits"]))
+
+    def test_hidden_states_from_a_file_are_the_context_rows(self):
+        hidden = torch.randn(40, 128, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+        path = os.path.join(self.dir, "hidden.safetensors")
+        write_safetensors(path, {"hidden_states": hidden})
+        fixture = self.record("from-hidden", extra=("--batch", "1", "--hidden", path))
+        self.assert_passes(fixture, "fp64")
+        trace = read_safetensors(os.path.join(fixture, "trace.safetensors"))
+        rows = torch.cat([trace[f"s{i}.q0.ctx"] for i in range(3)])
+        self.assertTrue(torch.equal(rows, hidden[:rows.shape[0]]))
+        short = os.path.join(self.dir, "short.safetensors")
+        write_safetensors(short, {"hidden_states": hidden[:13]})
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertNotEqual(capture_main(["record", "--model-file", MODEL_FILE, "--class", "DFlashDrafter",
+                                              "--checkpoint", self.checkpoint, "--target", self.target, "--out",
+                                              os.path.join(self.dir, "too-short"), "--prompt", "12",
+                                              "--hidden", short]), 0)
+        self.assertIn("short.safetensors: holds 13 rows", err.getvalue())
 
     def test_inspect_prints_the_recorded_steps_and_refuses_a_missing_fixture(self):
         fixture = self.record("inspected")
