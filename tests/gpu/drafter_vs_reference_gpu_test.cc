@@ -116,7 +116,7 @@ std::vector<std::string> oracle_fixtures() {
 TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
   DFLASH_REQUIRE_GPU();
   const std::vector<std::string> dirs = oracle_fixtures();
-  ASSERT_GE(dirs.size(), 7u) << "fixtures/oracle is missing fixtures";
+  ASSERT_GE(dirs.size(), 9u) << "fixtures/oracle is missing fixtures";
   for (const std::string& dir : dirs) {
     Fixture f = read_fixture(dir);
     f.load_weights();

@@ -40,7 +40,8 @@ inline std::string oracle_dir(const std::string& name) { return source_dir() + "
 inline std::string captures_dir() { return source_dir() + "/fixtures/captures"; }
 
 inline const char* const kOracleFixtures[] = {
-    "tiny-mha", "tiny-gqa", "bias-mqa-eps", "yarn", "batch-widths-release", "ctx-window", "derived-layer-ids"};
+    "tiny-mha",   "tiny-gqa",          "bias-mqa-eps",   "yarn",         "batch-widths-release",
+    "ctx-window", "derived-layer-ids", "heads128-batch", "far-yarn-bias"};
 
 // ---- a small synthetic drafter, for loaders and writers ----
 
