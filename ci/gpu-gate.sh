@@ -4,12 +4,13 @@
 # Here (a machine with nvcc, no GPU needed):
 #   ci/gpu-gate.sh [--build-dir DIR]
 #     configures and builds the CUDA drafter, its GPU tests and the benchmark into DIR
-#     (default build-cuda), and stages the binaries plus libhwy.so.1 in .gpu/ (git-ignored,
+#     (default build-cuda), and stages the binaries plus libhwy.so.1 and libsleef.so.3 in .gpu/ (git-ignored,
 #     carried to the device; it must stay under 64 MiB).
 # On the device machine (through the `run` tool, from the repository root, carry [".gpu"]):
 #   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]...
 #     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
-#     head_dim 64/128/256 and generic, graph replay vs eager, the drafter's invariants, CUDA vs
+#     head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
+#     graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     drafter.md §8), the replay of the oracle and capture fixtures through dflash-harness when it was staged,
 #     the propose benchmark, the GEMM kernel benchmark (gemm_bench) and the persistent-forward
@@ -63,7 +64,7 @@ while (($#)); do
   shift
 done
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_drafter_test gpu_vs_reference_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_drafter_test gpu_vs_reference_test)
 property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
@@ -78,7 +79,7 @@ if ((remote == 0)); then
   for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
   cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" "$build_dir/bench/stream_chain_probe" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
-  cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 .gpu/
+  cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
   # Every binary holds the CUDA library's kernels: carried as one gzip bundle (a third of the size),
   # unpacked on the device machine.
@@ -133,7 +134,7 @@ run_test() {
     grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|attention|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
+  grep -E "^\[(gemm|attention|rope|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
   rm -f "$out_dir/$t.out"
 }
 
@@ -161,7 +162,7 @@ run_pass() {
 }
 
 if ((bench_only == 0)); then
-  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test; do run_test "" "$t" "*"; done
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test; do run_test "" "$t" "*"; done
   run_pass ""
 
   bench_args=(--markdown "$out_dir/benchmarks.md")

@@ -174,9 +174,13 @@ __device__ __forceinline__ void rotate_pair(const QkNormRopeArgs& a, const float
   const int half = a.head_dim / 2;
   const float n1 = __fmul_rn(__fmul_rn(x1, r), norm_weight[j]);
   const float n2 = __fmul_rn(__fmul_rn(x2, r), norm_weight[j + half]);
+  // core/rope.h's angle and cos/sin: one fp32 product, then cos and sin in double rounded once to
+  // fp32 (the nearest float unless the exact value lies within ~2^-28 ulp of a rounding midpoint).
   const float angle = __fmul_rn(position, a.inv_freq[j]);
-  const float c = __fmul_rn(cosf(angle), a.attention_scaling);
-  const float s = __fmul_rn(sinf(angle), a.attention_scaling);
+  double sin_angle, cos_angle;
+  sincos(static_cast<double>(angle), &sin_angle, &cos_angle);
+  const float c = __fmul_rn(__double2float_rn(cos_angle), a.attention_scaling);
+  const float s = __fmul_rn(__double2float_rn(sin_angle), a.attention_scaling);
   *o1 = __fsub_rn(__fmul_rn(n1, c), __fmul_rn(n2, s));
   *o2 = __fadd_rn(__fmul_rn(n2, c), __fmul_rn(n1, s));
 }

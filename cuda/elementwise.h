@@ -44,7 +44,8 @@ void launch_embed_rmsnorm(RowKernel kernel, const EmbedArgs& embed, const RmsNor
 bool rmsnorm_vec_fits(const RmsNormArgs& norm, const EmbedArgs* embed);
 
 // Per head: RMSNorm over d (q_norm / k_norm weights), then rotate-half RoPE at the row's position:
-// angle = float(position)·inv_freq[j] (fp32), cos/sin in fp32 times attention_scaling; stored bf16.
+// angle = float(position)·inv_freq[j] (fp32), cos/sin of it rounded to fp32 as core/rope.h does,
+// times attention_scaling (fp32); stored bf16.
 // V heads are only rounded to bf16. K/V rows go to row slots[r] (the paged pool) or r (scratch).
 struct QkNormRopeArgs {
   const float* src = nullptr;  // [rows, ld_src] fp32 projections
