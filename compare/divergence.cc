@@ -1,6 +1,6 @@
 #include "compare/divergence.h"
 
-#include "compare/stages.h"
+#include "core/stages.h"
 #include "compare/text_format.h"
 
 namespace dflash {

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "compare/invariants.h"
-#include "compare/stages.h"
+#include "core/stages.h"
 #include "core/error.h"
 #include "core/kv_pages.h"
 

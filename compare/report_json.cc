@@ -4,7 +4,7 @@
 #include <fstream>
 #include <map>
 
-#include "compare/stages.h"
+#include "core/stages.h"
 #include "core/error.h"
 #include "core/json_file.h"
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/stages.h"
 
 namespace dflash {
 namespace {
@@ -34,38 +35,37 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
   std::map<std::string, StagePath> paths;
   // Context rows and the embedding row are bf16 inputs, exact.
   const StagePath ctx_proj = gemm(config.ctx_feature_dim(), false) + rms_norm(H);  // fc stays bf16
-  paths["ctx_proj"] = ctx_proj;
+  paths[stage_name(StageKind::kCtxProj)] = ctx_proj;
   StagePath h = {};
-  paths["embed"] = h;
+  paths[stage_name(StageKind::kEmbed)] = h;
   for (int l = 0; l < config.num_layers; ++l) {
-    const std::string p = "L" + std::to_string(l) + ".";
     const StagePath attn_norm = h + rms_norm(H);
     const StagePath qk_own = gemm(H, true) + rms_norm(d) + kRope;  // projection, q/k_norm, RoPE
     const StagePath v_own = gemm(H, true);
-    paths[p + "attn_norm"] = attn_norm;
-    paths[p + "q"] = attn_norm + qk_own;
-    paths[p + "k"] = attn_norm + qk_own;
-    paths[p + "v"] = attn_norm + v_own;
+    paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm;
+    paths[stage_name(StageKind::kQ, l)] = attn_norm + qk_own;
+    paths[stage_name(StageKind::kK, l)] = attn_norm + qk_own;
+    paths[stage_name(StageKind::kV, l)] = attn_norm + v_own;
     // Scores (K = d), probabilities (normalizing sum over window + B), P·V (K = window + B). The
     // q, k and v branches carry independent errors, so all three enter, on top of the longer of the
     // block rows' and the context rows' inputs.
     const StagePath attention_own = {3, 0, d + 2 * (window + block_width)};
     const StagePath attn = longest(attn_norm, ctx_proj) + qk_own + qk_own + v_own + attention_own;
-    paths[p + "attn"] = attn;
+    paths[stage_name(StageKind::kAttn, l)] = attn;
     const StagePath o_proj = attn + gemm(config.q_dim(), true);
-    paths[p + "o_proj"] = o_proj;
+    paths[stage_name(StageKind::kOProj, l)] = o_proj;
     const StagePath h_mid = longest(h, o_proj) + kElementwise;  // residual add
     const StagePath mlp_norm = h_mid + rms_norm(H);
-    paths[p + "mlp_norm"] = mlp_norm;
+    paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm;
     // gate and up (independent branches), silu, product, down.
     const StagePath mlp = mlp_norm + gemm(H, true) + gemm(H, true) + kElementwise + kElementwise + gemm(I, true);
-    paths[p + "mlp"] = mlp;
+    paths[stage_name(StageKind::kMlp, l)] = mlp;
     h = longest(h_mid, mlp) + kElementwise;  // residual add
-    paths[p + "out"] = h;
+    paths[stage_name(StageKind::kOut, l)] = h;
   }
   const StagePath final_norm = h + rms_norm(H);
-  paths["final_norm"] = final_norm;
-  paths["logits"] = final_norm + gemm(H, true);  // the lm_head is quantized in fp8 mode
+  paths[stage_name(StageKind::kFinalNorm)] = final_norm;
+  paths[stage_name(StageKind::kLogits)] = final_norm + gemm(H, true);  // the lm_head is quantized in fp8 mode
   return paths;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rope.h"
+#include "core/stages.h"
 #include "reference/aligned_matrix.h"
 #include "reference/attention.h"
 #include "reference/head_ops.h"
@@ -81,7 +82,7 @@ class Engine final : public DrafterEngine {
     round_stage_to_bf16(policy_, &xc, 0, total);
     if (want_taps) {
       for (size_t b = 0; b < steps.size(); ++b) {
-        append_tap(&(*outputs)[b], "ctx_proj", xc, offset[b], static_cast<int64_t>(steps[b].new_slots.size()));
+        append_tap(&(*outputs)[b], stage_name(StageKind::kCtxProj), xc, offset[b], static_cast<int64_t>(steps[b].new_slots.size()));
       }
     }
     if (total == 0) return;
@@ -135,7 +136,7 @@ class Engine final : public DrafterEngine {
         positions[static_cast<size_t>(r)] = steps[b].start + i;
       }
     }
-    tap_block(want_taps, outputs, "embed", h, B);
+    tap_block(want_taps, outputs, stage_name(StageKind::kEmbed), h, B);
     const RopeRows<T> rope = make_rope_rows<T>(rope_, positions);
 
     AlignedMatrix<T> x(rows, H), q(rows, config_.q_dim()), k(rows, config_.kv_dim()), v(rows, config_.kv_dim());
@@ -143,24 +144,23 @@ class Engine final : public DrafterEngine {
     AlignedMatrix<T> gate(rows, config_.intermediate_size), up(rows, config_.intermediate_size), mlp(rows, H);
     for (int l = 0; l < config_.num_layers; ++l) {
       const PreparedLayer<T>& L = weights_.layers[static_cast<size_t>(l)];
-      const std::string p = "L" + std::to_string(l) + ".";
-      // x = input_layernorm(h)
+        // x = input_layernorm(h)
       x = h;
       norm_rows(&x, 0, rows, L.input_norm);
       round_stage_to_bf16(policy_, &x, 0, rows);
-      tap_block(want_taps, outputs, p + "attn_norm", x, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kAttnNorm, l), x, B);
       // q, k, v of the block rows
       L.q_proj.apply(x, rows, &q, pool_);
       norm_and_rotate_heads(&q, rows, config_.num_heads, config_.head_dim, L.q_norm, eps_, rope, 0);
       round_stage_to_bf16(policy_, &q, 0, rows);
-      tap_block(want_taps, outputs, p + "q", q, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kQ, l), q, B);
       L.k_proj.apply(x, rows, &k, pool_);
       norm_and_rotate_heads(&k, rows, config_.num_kv_heads, config_.head_dim, L.k_norm, eps_, rope, 0);
       round_stage_to_bf16(policy_, &k, 0, rows);
-      tap_block(want_taps, outputs, p + "k", k, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kK, l), k, B);
       L.v_proj.apply(x, rows, &v, pool_);
       round_stage_to_bf16(policy_, &v, 0, rows);
-      tap_block(want_taps, outputs, p + "v", v, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kV, l), v, B);
       // attention: one task per (sequence, kv head), each writing its own rows and columns
       const AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(l)];
       const AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(l)];
@@ -171,16 +171,16 @@ class Engine final : public DrafterEngine {
                         v_pool, steps[b].window_slots, &attn);
       });
       round_stage_to_bf16(policy_, &attn, 0, rows);
-      tap_block(want_taps, outputs, p + "attn", attn, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
       // h = h + o_proj(attn)
       L.o_proj.apply(attn, rows, &o, pool_);
-      tap_block(want_taps, outputs, p + "o_proj", o, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kOProj, l), o, B);
       for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), o.row(r), static_cast<size_t>(H));
       // h = h + down(silu(gate(y)) * up(y)), y = post_attention_layernorm(h)
       x = h;
       norm_rows(&x, 0, rows, L.post_attention_norm);
       round_stage_to_bf16(policy_, &x, 0, rows);
-      tap_block(want_taps, outputs, p + "mlp_norm", x, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kMlpNorm, l), x, B);
       L.gate_proj.apply(x, rows, &gate, pool_);
       L.up_proj.apply(x, rows, &up, pool_);
       for (int64_t r = 0; r < rows; ++r) {
@@ -188,15 +188,15 @@ class Engine final : public DrafterEngine {
       }
       round_stage_to_bf16(policy_, &gate, 0, rows);
       L.down_proj.apply(gate, rows, &mlp, pool_);
-      tap_block(want_taps, outputs, p + "mlp", mlp, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kMlp, l), mlp, B);
       for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), mlp.row(r), static_cast<size_t>(H));
-      tap_block(want_taps, outputs, p + "out", h, B);
+      tap_block(want_taps, outputs, stage_name(StageKind::kOut, l), h, B);
     }
 
     // hf = norm(h); logits of rows 1..B-1 of each sequence; drafts = argmax, lowest index on ties.
     norm_rows(&h, 0, rows, weights_.final_norm);
     round_stage_to_bf16(policy_, &h, 0, rows);
-    tap_block(want_taps, outputs, "final_norm", h, B);
+    tap_block(want_taps, outputs, stage_name(StageKind::kFinalNorm), h, B);
     const int64_t drafts = B - 1;
     AlignedMatrix<T> hf(static_cast<int64_t>(steps.size()) * drafts, H);
     for (size_t b = 0; b < steps.size(); ++b) {
@@ -219,7 +219,7 @@ class Engine final : public DrafterEngine {
         // On the compute type's own values: in fp64 mode two logits that round to one float stay apart.
         out.draft_tokens[static_cast<size_t>(i)] = static_cast<int32_t>(ops::argmax(row, static_cast<size_t>(V)));
       }
-      if (want_taps) out.taps.push_back(Tap{"logits", out.logits});
+      if (want_taps) out.taps.push_back(Tap{stage_name(StageKind::kLogits), out.logits});
     }
   }
 

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "core/dtype.h"
+#include "core/stages.h"
+#include "fixtures/random_drafter.h"
 #include "core/error.h"
 #include "core/kv_pages.h"
 #include "core/rope.h"
@@ -304,14 +306,7 @@ TEST(ReferenceDrafter, TapsComeInForwardOrderWithTheirShapesAndOnlyOnRequest) {
   auto d = make(head);
   d->add_sequence(0);
   const ProposeOutput with = propose(*d, {{0, 0, 9, 9, 1}}, true)[0];
-  std::vector<std::string> names{"ctx_proj", "embed"};
-  for (int l = 0; l < 2; ++l) {
-    for (const char* stage : {"attn_norm", "q", "k", "v", "attn", "o_proj", "mlp_norm", "mlp", "out"}) {
-      names.push_back("L" + std::to_string(l) + "." + stage);
-    }
-  }
-  names.push_back("final_norm");
-  names.push_back("logits");
+  const std::vector<std::string> names = forward_stage_order(2);
   ASSERT_EQ(with.taps.size(), names.size());
   const std::map<std::string, std::vector<int64_t>> shapes = {
       {"ctx_proj", {6, 32}},  // min(C = 9, ctx_cap = 6) rows
@@ -512,10 +507,13 @@ TEST(ReferenceDrafter, Bf16ModeRoundsExactlyAtTheStorageBoundaries) {
       return true;
     };
     for (const Tap& t : out.taps) {
-      const std::string stage = t.name.substr(t.name.find('.') + 1);
-      const bool stored_bf16 = stage == "ctx_proj" || stage == "embed" || stage == "attn_norm" || stage == "q" ||
-                               stage == "k" || stage == "v" || stage == "attn" || stage == "mlp_norm" ||
-                               stage == "final_norm";
+      StageId stage;
+      ASSERT_TRUE(parse_stage_name(t.name, 2, &stage)) << t.name;
+      const bool stored_bf16 = stage.kind == StageKind::kCtxProj || stage.kind == StageKind::kEmbed ||
+                               stage.kind == StageKind::kAttnNorm || stage.kind == StageKind::kQ ||
+                               stage.kind == StageKind::kK || stage.kind == StageKind::kV ||
+                               stage.kind == StageKind::kAttn || stage.kind == StageKind::kMlpNorm ||
+                               stage.kind == StageKind::kFinalNorm;
       // GEMM outputs, the residual stream and logits stay fp32: most of their values are not bf16.
       EXPECT_EQ(representable(t.value), stored_bf16) << precision_name(p) << " " << t.name;
     }

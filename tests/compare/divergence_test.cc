@@ -3,36 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include "compare/stages.h"
+#include "core/stages.h"
 
 namespace dflash {
 namespace {
-
-TEST(Stages, ForwardOrderOfATwoLayerDrafter) {
-  const std::vector<std::string> order = forward_stage_order(2);
-  ASSERT_EQ(order.size(), 2u + 2 * 9 + 2);
-  EXPECT_EQ(order[0], "ctx_proj");
-  EXPECT_EQ(order[1], "embed");
-  const std::vector<std::string> layer0 = {"L0.attn_norm", "L0.q", "L0.k", "L0.v", "L0.attn",
-                                           "L0.o_proj", "L0.mlp_norm", "L0.mlp", "L0.out"};
-  for (size_t i = 0; i < layer0.size(); ++i) EXPECT_EQ(order[2 + i], layer0[i]);
-  EXPECT_EQ(order[11], "L1.attn_norm");
-  EXPECT_EQ(order[20], "final_norm");
-  EXPECT_EQ(order[21], "logits");
-  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(stage_order_index(order[i], 2), static_cast<int>(i));
-}
-
-TEST(Stages, NamesOutsideTheDrafterAreNotStages) {
-  EXPECT_EQ(stage_order_index("L2.q", 2), -1);
-  EXPECT_EQ(stage_order_index("L0.qq", 2), -1);
-  EXPECT_EQ(stage_order_index("L01.q", 2), -1);
-  EXPECT_EQ(stage_order_index("Lx.q", 2), -1);
-  EXPECT_EQ(stage_order_index("draft_tokens", 2), -1);
-  StageId id;
-  ASSERT_TRUE(parse_stage_name("L1.mlp_norm", 2, &id));
-  EXPECT_EQ(id.kind, StageKind::kMlpNorm);
-  EXPECT_EQ(id.layer, 1);
-}
 
 // A 4x3 stage whose row `bad_row` is off by `error` in column `bad_col`.
 StageCheck stage(const std::string& name, int64_t bad_row, int64_t bad_col, float error) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/stages.h"
 #include "core/tensor.h"
 #include "cuda/cuda_drafter.h"
 
@@ -35,21 +36,27 @@ inline uint32_t float_bits(float f) {
 
 // bf16 storage boundaries on the longest path from the inputs to a tap (docs/cuda-drafter.md).
 inline int bf16_boundaries(const std::string& tap, int num_layers) {
-  if (tap == "embed") return 0;
-  if (tap == "ctx_proj") return 1;
-  if (tap == "final_norm" || tap == "logits") return 5 * num_layers + 1;
-  if (tap.size() > 1 && tap[0] == 'L') {
-    const size_t dot = tap.find('.');
-    const int l = std::stoi(tap.substr(1, dot - 1));
-    const std::string stage = tap.substr(dot + 1);
-    const int base = 5 * l;
-    if (stage == "attn_norm") return base + 1;
-    if (stage == "q" || stage == "k" || stage == "v") return base + 2;
-    if (stage == "attn" || stage == "o_proj") return base + 3;
-    if (stage == "mlp_norm") return base + 4;
-    if (stage == "mlp" || stage == "out") return base + 5;
+  StageId stage;
+  if (!parse_stage_name(tap, num_layers, &stage)) {
+    ADD_FAILURE() << "no tolerance for tap " << tap;
+    return 0;
   }
-  ADD_FAILURE() << "no tolerance for tap " << tap;
+  const int base = 5 * stage.layer;
+  switch (stage.kind) {
+    case StageKind::kEmbed: return 0;
+    case StageKind::kCtxProj: return 1;
+    case StageKind::kFinalNorm:
+    case StageKind::kLogits: return 5 * num_layers + 1;
+    case StageKind::kAttnNorm: return base + 1;
+    case StageKind::kQ:
+    case StageKind::kK:
+    case StageKind::kV: return base + 2;
+    case StageKind::kAttn:
+    case StageKind::kOProj: return base + 3;
+    case StageKind::kMlpNorm: return base + 4;
+    case StageKind::kMlp:
+    case StageKind::kOut: return base + 5;
+  }
   return 0;
 }
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "compare/stages.h"
+#include "core/stages.h"
 #include "tests/properties/backends.h"
 #include "tests/properties/broken_proposers.h"
 #include "tests/properties/property_check.h"

@@ -6,7 +6,7 @@
 #include <rapidcheck.h>
 
 #include "compare/stage_check.h"
-#include "compare/stages.h"
+#include "core/stages.h"
 #include "compare/tokens.h"
 #include "compare/tolerance.h"
 #include "core/kv_pages.h"

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/stages.h"
 
 namespace dflash::prop {
 namespace {
@@ -231,7 +232,7 @@ std::map<std::string, Bounded> ShadowDrafter::propose(int seq, const Tensor& ctx
   // Context rows entering the window: projected, normalized, their K/V cached per layer.
   Bounded xc = linear(exact_rows(ctx, count - kept, kept), weights_.fc, none);
   rms_norm(&xc, 0, xc.cols, weights_.hidden_norm);
-  taps["ctx_proj"] = stage(xc);
+  taps[stage_name(StageKind::kCtxProj)] = stage(xc);
   std::vector<int64_t> ctx_positions;
   for (int64_t r = 0; r < kept; ++r) ctx_positions.push_back(start - kept + r);
   std::deque<CachedRow>& window = windows_[seq];
@@ -260,40 +261,39 @@ std::map<std::string, Bounded> ShadowDrafter::propose(int seq, const Tensor& ctx
     for (int64_t c = 0; c < h.cols; ++c) h.v(i, c) = e[c];
     positions.push_back(start + i);
   }
-  taps["embed"] = stage(h);
+  taps[stage_name(StageKind::kEmbed)] = stage(h);
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    const std::string p = "L" + std::to_string(l) + ".";
     Bounded x = h;
     rms_norm(&x, 0, x.cols, L.input_layernorm);
-    taps[p + "attn_norm"] = stage(x);
+    taps[stage_name(StageKind::kAttnNorm, l)] = stage(x);
     Bounded q = linear(x, L.q_proj, L.q_bias);
     norm_heads(&q, config_.num_heads, L.q_norm);
     rope(&q, config_.num_heads, positions);
-    taps[p + "q"] = stage(q);
+    taps[stage_name(StageKind::kQ, l)] = stage(q);
     Bounded k = linear(x, L.k_proj, L.k_bias);
     norm_heads(&k, config_.num_kv_heads, L.k_norm);
     rope(&k, config_.num_kv_heads, positions);
-    taps[p + "k"] = stage(k);
+    taps[stage_name(StageKind::kK, l)] = stage(k);
     const Bounded v = linear(x, L.v_proj, L.v_bias);
-    taps[p + "v"] = stage(v);
+    taps[stage_name(StageKind::kV, l)] = stage(v);
     const Bounded attn = attention(l, q, k, v, window);
-    taps[p + "attn"] = stage(attn);
+    taps[stage_name(StageKind::kAttn, l)] = stage(attn);
     const Bounded o = linear(attn, L.o_proj, L.o_bias);
-    taps[p + "o_proj"] = stage(o);
+    taps[stage_name(StageKind::kOProj, l)] = stage(o);
     h = add(h, o);
     Bounded y = h;
     rms_norm(&y, 0, y.cols, L.post_attention_layernorm);
-    taps[p + "mlp_norm"] = stage(y);
+    taps[stage_name(StageKind::kMlpNorm, l)] = stage(y);
     const Bounded z = silu_mul(linear(y, L.gate_proj, none), linear(y, L.up_proj, none));
     const Bounded mlp = linear(z, L.down_proj, none);
-    taps[p + "mlp"] = stage(mlp);
+    taps[stage_name(StageKind::kMlp, l)] = stage(mlp);
     h = add(h, mlp);
-    taps[p + "out"] = stage(h);
+    taps[stage_name(StageKind::kOut, l)] = stage(h);
   }
   rms_norm(&h, 0, h.cols, weights_.norm);
-  taps["final_norm"] = stage(h);
-  taps["logits"] = stage(linear(slice_rows(h, 1, width - 1), weights_.lm_head, none));
+  taps[stage_name(StageKind::kFinalNorm)] = stage(h);
+  taps[stage_name(StageKind::kLogits)] = stage(linear(slice_rows(h, 1, width - 1), weights_.lm_head, none));
   return taps;
 }
 

@@ -7,6 +7,7 @@
 
 #include "compare/invariants.h"
 #include "core/error.h"
+#include "core/stages.h"
 #include "tests/properties/pool_model.h"
 #include "tests/properties/property_check.h"
 #include "tests/properties/random_model.h"
@@ -107,22 +108,12 @@ const StepResult* TraceRun::step(int step_id) const {
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_taps(const DrafterConfig& c, int width,
                                                                         int64_t new_rows) {
-  const int64_t b = width, h = c.hidden_size;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> taps{{"ctx_proj", {new_rows, h}}, {"embed", {b, h}}};
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = "L" + std::to_string(l) + ".";
-    taps.push_back({p + "attn_norm", {b, h}});
-    taps.push_back({p + "q", {b, c.q_dim()}});
-    taps.push_back({p + "k", {b, c.kv_dim()}});
-    taps.push_back({p + "v", {b, c.kv_dim()}});
-    taps.push_back({p + "attn", {b, c.q_dim()}});
-    taps.push_back({p + "o_proj", {b, h}});
-    taps.push_back({p + "mlp_norm", {b, h}});
-    taps.push_back({p + "mlp", {b, h}});
-    taps.push_back({p + "out", {b, h}});
+  std::vector<std::pair<std::string, std::vector<int64_t>>> taps;
+  for (const std::string& name : forward_stage_order(c.num_layers)) {
+    StageId stage;
+    parse_stage_name(name, c.num_layers, &stage);
+    taps.push_back({name, stage_shape(stage, c, width, new_rows)});
   }
-  taps.push_back({"final_norm", {b, h}});
-  taps.push_back({"logits", {b - 1, c.vocab_size}});
   return taps;
 }
 

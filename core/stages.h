@@ -1,0 +1,61 @@
+// The named stages of one propose (docs/spec/drafter.md §7), defined once: their names, their
+// forward order (the order first-divergence bisection walks and reports list them), the one
+// parser, and the shape of each stage's tap. Both drafters name their taps with stage_name,
+// fixtures check tap names and shapes with parse_stage_name and stage_shape, compare orders them
+// with forward_stage_order.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace dflash {
+
+enum class StageKind {
+  kCtxProj, kEmbed, kAttnNorm, kQ, kK, kV, kAttn, kOProj, kMlpNorm, kMlp, kOut, kFinalNorm, kLogits,
+};
+
+// The per-layer stages in the order a layer computes them (q, k, v as docs/spec/drafter.md §7
+// lists them).
+constexpr StageKind kLayerStages[] = {StageKind::kAttnNorm, StageKind::kQ,       StageKind::kK,
+                                      StageKind::kV,        StageKind::kAttn,    StageKind::kOProj,
+                                      StageKind::kMlpNorm,  StageKind::kMlp,     StageKind::kOut};
+constexpr int kStagesPerLayer = static_cast<int>(sizeof(kLayerStages) / sizeof(kLayerStages[0]));
+
+struct StageId {
+  StageKind kind = StageKind::kLogits;
+  int layer = -1;  // per-layer stages only; -1 otherwise
+};
+
+// Whether the stage exists once per layer (attn_norm ... out).
+bool is_layer_stage(StageKind kind);
+// The stage's own name: "ctx_proj", "embed", "final_norm", "logits", or a layer stage's suffix
+// ("attn_norm", "q", "k", "v", "attn", "o_proj", "mlp_norm", "mlp", "out").
+const char* stage_kind_name(StageKind kind);
+// The tap name: "ctx_proj", ..., or "L{layer}.{suffix}" for a layer stage.
+std::string stage_name(StageKind kind, int layer = -1);
+inline std::string stage_name(const StageId& id) { return stage_name(id.kind, id.layer); }
+
+// "ctx_proj", "embed", "L0.attn_norm", "L0.q", "L0.k", "L0.v", "L0.attn", "L0.o_proj",
+// "L0.mlp_norm", "L0.mlp", "L0.out", "L1.attn_norm", ..., "final_norm", "logits".
+std::vector<std::string> forward_stage_order(int num_layers);
+
+// Parses a stage name; false for anything that is not a stage of a drafter with num_layers layers
+// (including "L01.q" and layers past the last).
+bool parse_stage_name(const std::string& name, int num_layers, StageId* out);
+
+// Position of the stage in forward_stage_order(num_layers), or -1 when it is not a stage.
+int stage_order_index(const std::string& name, int num_layers);
+
+// Every stage name of a drafter with num_layers layers, in words for an error message:
+// "ctx_proj, embed, L{l}.attn_norm|q|k|v|attn|o_proj|mlp_norm|mlp|out for l < N, final_norm, logits".
+std::string stage_names_summary(int num_layers);
+
+// The shape of the stage's tap for one sequence (docs/spec/drafter.md §7): [context_rows, H] for
+// ctx_proj (the rows admitted this step), [B - 1, V] for logits, [B, q_dim] for q and attn,
+// [B, kv_dim] for k and v, [B, H] otherwise.
+std::vector<int64_t> stage_shape(const StageId& id, const DrafterConfig& config, int64_t block_width,
+                                 int64_t context_rows);
+
+}  // namespace dflash
