@@ -4,6 +4,8 @@
 // --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),
 // each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
 // --contexts pick a subset (the GPU gate's --sweep times batch 1 only, under several kernel levers).
+// --without CLASSES times a graph of the same block forward without those kernel classes instead
+// (cuda/cuda_drafter_debug.h): what a class costs inside the graph is the time it saves.
 //
 // Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
 // in the mode's storage format, the norms, and the KV cache window read once) over the
@@ -15,6 +17,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,7 @@
 #include "bench/copy_bandwidth.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
-#include "cuda/cuda_drafter_impl.h"
+#include "cuda/cuda_drafter_debug.h"
 #include "cuda/device_buffer.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
@@ -51,9 +54,10 @@ int64_t bf16_weight_bytes(const DrafterConfig& c) {
 
 // profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
 // cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
+// without: kernel classes the timed graph leaves out (empty: the drafter's own graph).
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
                      double bandwidth, int replays, bool profile_one, const std::vector<int>& batch_list,
-                     const std::vector<int64_t>& context_list) {
+                     const std::vector<int64_t>& context_list, const std::set<std::string>& without) {
   HeadSettings settings;
   settings.gamma = 16;
   settings.ctx_cap = 4096;
@@ -64,13 +68,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
   options.graphs = true;
   options.warmup = 2;
   CudaDrafter drafter(config, weights, settings, options.with_environment());
-  // With kernels ablated (timing only) the logits are garbage by design: not checked then.
-  bool ablated = false;
-  for (const auto& [k, v] : drafter.describe()) {
-    std::printf("  %-20s %s\n", k.c_str(), v.c_str());
-    ablated = ablated || k == "kernel.ablate";
-  }
-  if (ablated) std::printf("  (kernels ablated: the logits are not checked, only the time means anything)\n");
+  for (const auto& [k, v] : drafter.describe()) std::printf("  %-20s %s\n", k.c_str(), v.c_str());
   drafter.set_block_g(16);
   const int64_t width = config.ctx_feature_dim();
   const Tensor empty = Tensor::zeros({0, width});
@@ -101,16 +99,26 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
         const auto out = drafter.propose(inputs, false);  // eager warm-ups, then capture and a replay
         for (const ProposeOutput& o : out) {
           for (float v : o.logits.values) {
-            if (!ablated && !std::isfinite(v)) throw internal_error("benchmark: non-finite logit");
+            if (!std::isfinite(v)) throw internal_error("benchmark: non-finite logit");
           }
         }
       }
-      if (!drafter.graph_captured(16, batch)) throw internal_error("benchmark: no graph was captured");
+      if (!drafter_graph_captured(drafter, 16, batch)) throw internal_error("benchmark: no graph was captured");
+      std::unique_ptr<BlockForwardWithout> partial;
+      if (!without.empty()) partial = std::make_unique<BlockForwardWithout>(drafter, without);
+      auto enqueue_forward = [&] {
+        if (partial) {
+          partial->enqueue();
+        } else {
+          enqueue_last_block_forward(drafter);
+        }
+      };
+      cudaStream_t stream = drafter_stream(drafter);
       std::vector<float> times;
       for (int r = 0; r < replays; ++r) {
-        DFLASH_CUDA_CHECK(cudaEventRecord(start, drafter.stream()));
-        drafter.enqueue_last_block_forward();
-        DFLASH_CUDA_CHECK(cudaEventRecord(stop, drafter.stream()));
+        DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
+        enqueue_forward();
+        DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
         DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
         float ms = 0;
         DFLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -119,8 +127,8 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
       if (profile_one) {
         DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
         DFLASH_CUDA_CHECK(cudaProfilerStart());
-        drafter.enqueue_last_block_forward();
-        DFLASH_CUDA_CHECK(cudaStreamSynchronize(drafter.stream()));
+        enqueue_forward();
+        DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
         DFLASH_CUDA_CHECK(cudaProfilerStop());
         std::printf("  profiled one graph replay (batch %d, context %lld)\n", batch, static_cast<long long>(context));
       }
@@ -133,7 +141,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
       row.p10_us = times[times.size() / 10];
       row.p90_us = times[times.size() * 9 / 10];
       const int64_t kv_bytes = static_cast<int64_t>(batch) * context * config.num_layers * 2 * config.kv_dim() * 2;
-      row.floor_us = static_cast<double>(drafter.block_weight_bytes() + kv_bytes) / bandwidth * 1e6;
+      row.floor_us = static_cast<double>(block_weight_bytes(drafter) + kv_bytes) / bandwidth * 1e6;
       row.bf16_floor_us = static_cast<double>(bf16_weight_bytes(config) + kv_bytes) / bandwidth * 1e6;
       std::printf("  %-4s batch %2d ctx %4lld: median %8.1f us (p10 %.1f, p90 %.1f)  floor %7.1f us  x%.2f  bf16 floor %7.1f us  x%.2f\n",
                   row.precision.c_str(), batch, static_cast<long long>(context), row.median_us, row.p10_us, row.p90_us,
@@ -160,11 +168,16 @@ int main_impl(int argc, char** argv) {
   std::vector<int64_t> contexts = {1024, 4096};
   app.add_option("--batches", batches, "batch sizes (default 1 8 32)")->check(CLI::Range(1, 32));
   app.add_option("--contexts", contexts, "cached context positions (default 1024 4096)")->check(CLI::Range(1, 4096));
+  std::string without_list;
+  app.add_option("--without", without_list,
+                 "time the block forward without these kernel classes, '+' between them (rmsnorm, qkv, qk_norm_rope, "
+                 "attention_chunks, combine, o, gate_up, swiglu, down, lm_head, argmax): TIMING ONLY");
   bool profile_one = false;
   app.add_flag("--profile-one", profile_one,
                "only batch 1, context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
                "(for ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
+  const std::set<std::string> without = parse_kernel_classes(without_list);
 
   std::string why;
   if (!cuda_device_available(&why)) {
@@ -188,7 +201,9 @@ int main_impl(int argc, char** argv) {
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one, batches, contexts)) rows.push_back(r);
+    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one, batches, contexts, without)) {
+      rows.push_back(r);
+    }
   }
 
   char date[32];
@@ -198,7 +213,9 @@ int main_impl(int argc, char** argv) {
   table += "Measured " + std::string(date) + " on " + prop.name + " (" + std::to_string(prop.multiProcessorCount) +
            " SMs); device-to-device copy bandwidth " + std::to_string(static_cast<int>(bandwidth / 1e9)) +
            " GB/s (read + write). " + g.name + " geometry, random weights, block width 16, C = 0 new context rows, "
-           "median of " + std::to_string(replays) + " graph replays.\n\n";
+           "median of " + std::to_string(replays) + " graph replays" +
+           (without.empty() ? std::string(".\n\n")
+                            : " of the block forward WITHOUT " + without_list + " (timing only, outputs wrong).\n\n");
   table += "| precision | batch | context | median µs | p10–p90 µs | HBM floor µs | × floor | bf16 floor µs | × bf16 floor |\n";
   table += "|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {

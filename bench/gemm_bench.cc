@@ -47,13 +47,11 @@ int main_impl(int argc, char** argv) {
   int only_columns = -1, reps = 15;
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
   app.add_option("--format", only_format, "only this weight format (e4m3, bf16)");
-  std::string only_pipeline;
-  app.add_option("--pipeline", only_pipeline, "only this m <= 16 pipeline (ring, deep, deep-shared)");
   bool hot = false;
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
                "e.g. after an l2_prefetch");
-  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 96, 128; 0 = mma-splitk)");
+  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 96, 128)");
   app.add_option("--reps", reps, "timed repetitions of 20 launches per row (for a profiler: 1)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::string why;
@@ -90,7 +88,6 @@ int main_impl(int argc, char** argv) {
   DeviceBuffer<uint16_t> a(a_host.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(a.get(), a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice));
   DeviceBuffer<float> scale(151936), out(static_cast<size_t>(max_m * 151936));
-  DeviceBuffer<float> partials(static_cast<size_t>(max_m * 6144 * 8));  // split-K partials of the narrow shapes
   {
     std::vector<float> ones(151936, 1.0f / 64);
     DFLASH_CUDA_CHECK(cudaMemcpy(scale.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
@@ -103,7 +100,7 @@ int main_impl(int argc, char** argv) {
   DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
 
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", bandwidth / 1e9);
-  std::printf("| shape | n x k | format | m | columns | pipeline | median us | weight GB/s | x copy rate |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | n x k | format | m | columns | median us | weight GB/s | x copy rate |\n|---|---|---|---|---|---|---|---|\n");
   for (bool fp8 : {true, false}) {
     if (!only_format.empty() && only_format != (fp8 ? "e4m3" : "bf16")) continue;
     for (const Shape& s : shapes) {
@@ -111,34 +108,16 @@ int main_impl(int argc, char** argv) {
       const int64_t element = fp8 ? 1 : 2;
       const int64_t bytes = s.n * s.k * element;
       for (int64_t m : ms) {
-        // columns 0: the mma-splitk kernel (32-column CTAs, K split across CTAs, then a reduce).
-        struct Variant {
-          GemmPipeline pipeline;
-          int columns;
-        };
-        const Variant variants[] = {{GemmPipeline::kRing, 32}, {GemmPipeline::kRing, 64}, {GemmPipeline::kRing, 128},
-                                    {GemmPipeline::kDeep, 32}, {GemmPipeline::kDeep, 64}, {GemmPipeline::kDeep, 96},
-                                    {GemmPipeline::kDeep, 128}, {GemmPipeline::kDeepShared, 32},
-                                    {GemmPipeline::kDeepShared, 64}, {GemmPipeline::kRing, 0}};
-        for (const Variant& v : variants) {
-          const int columns = v.columns;
-          const GemmPipeline pipeline = v.pipeline;
-          if (m > 16 && pipeline != GemmPipeline::kRing) continue;
-          if (!only_pipeline.empty() && only_pipeline != gemm_pipeline_name(pipeline)) continue;
+        for (int columns : {32, 64, 96, 128}) {
           // m > 16 (64-row tiles): 32 columns, or 64 with E4M3 weights (gemm_cols_m64).
-          if (m > 16 && columns != 32 && columns != 0 && !(columns == 64 && fp8)) continue;
+          if (m > 16 && columns != 32 && !(columns == 64 && fp8)) continue;
           if (!fp8 && columns > 64) continue;
-          const GemmKernel kernel = columns == 0 ? GemmKernel::kMmaSplitK : GemmKernel::kMma;
-          if (columns == 0 && gemm_split_count(s.n, s.k) == 1) continue;
           if (only_columns >= 0 && columns != only_columns) continue;
           GemmContext ctx;
           ctx.stream = stream;
           ctx.mma_columns = columns;
           ctx.mma_columns_m64 = columns == 64 ? 64 : 32;
-          ctx.mma_pipeline = pipeline;
           ctx.sm_count = sm_count;
-          ctx.raw = partials.get();
-          ctx.raw_capacity = partials.size();
           GemmEpilogue ep;
           ep.out = out.get();
           ep.ld_out = s.n;
@@ -153,12 +132,12 @@ int main_impl(int argc, char** argv) {
             w.scale = fp8 ? scale.get() : nullptr;
             return w;
           };
-          for (int i = 0; i < 3; ++i) gemm(kernel, ctx, a.get(), max_k, m, view_at(i), ep);
+          for (int i = 0; i < 3; ++i) gemm(GemmKernel::kMma, ctx, a.get(), max_k, m, view_at(i), ep);
           std::vector<float> per_launch;
           int next = 0;
           for (int rep = 0; rep < reps; ++rep) {
             DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
-            for (int i = 0; i < 20; ++i) gemm(kernel, ctx, a.get(), max_k, m, view_at(next++), ep);
+            for (int i = 0; i < 20; ++i) gemm(GemmKernel::kMma, ctx, a.get(), max_k, m, view_at(next++), ep);
             DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
             DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
             float t = 0;
@@ -167,10 +146,9 @@ int main_impl(int argc, char** argv) {
           }
           const double us = median(per_launch);
           const double rate = static_cast<double>(bytes) / (us * 1e-6);
-          std::printf("| %s | %lld x %lld | %s | %lld | %s | %s | %.1f | %.0f | %.2f |\n", s.name, static_cast<long long>(s.n),
-                      static_cast<long long>(s.k), fp8 ? "e4m3" : "bf16", static_cast<long long>(m), columns == 0 ? "splitk" : std::to_string(columns).c_str(),
-                      gemm_pipeline_name(pipeline), us, rate / 1e9,
-                      bandwidth / rate);
+          std::printf("| %s | %lld x %lld | %s | %lld | %d | %.1f | %.0f | %.2f |\n", s.name, static_cast<long long>(s.n),
+                      static_cast<long long>(s.k), fp8 ? "e4m3" : "bf16", static_cast<long long>(m), columns, us,
+                      rate / 1e9, bandwidth / rate);
           std::fflush(stdout);
         }
       }

@@ -7,17 +7,17 @@
 #     (default build-cuda), and stages the binaries plus libhwy.so.1 and libsleef.so.3 in .gpu/ (git-ignored,
 #     carried to the device; it must stay under 64 MiB).
 # On the device machine (through the `run` tool, from the repository root, carry [".gpu"]):
-#   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]...
+#   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]... [--sweep KERNELS]...
+#                  [--sweep-without CLASSES]...
 #     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
 #     head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
 #     graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
-#     drafter.md §8), the replay of the oracle and capture fixtures through dflash-harness when it was staged,
-#     the propose benchmark, the GEMM kernel benchmark (gemm_bench) and the persistent-forward
-#     design probe (stream_chain_probe: checks its own outputs, times the 20 layer GEMMs in one
-#     persistent kernel beside the drafter's kernels); writes logs, benchmarks.md and summary.txt under DIR (default
-#     $OUT). --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant
-#     (a DFLASH_CUDA_KERNELS value, e.g. "gemm=mma-splitk,ctx_gemm=mma-splitk") runs the drafter
+#     drafter.md §8), the replay of the oracle and capture fixtures through dflash-harness when it
+#     was staged, the propose benchmark and the GEMM kernel benchmark (gemm_bench); writes logs,
+#     benchmarks.md and summary.txt under DIR (default $OUT). --quick skips the real-geometry
+#     comparisons and the bf16 benchmark. Each --variant (a DFLASH_CUDA_KERNELS value, e.g.
+#     "gemm=cublaslt,ctx_gemm=auto") runs the drafter
 #     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
 #     two kernel choices are compared in the same run. The CUDA properties (RapidCheck, properties
 #     1-8 and 10 on the CUDA drafter, graphs on and off) run in every pass.
@@ -27,6 +27,8 @@
 #     --sweep KERNELS (repeatable) times only the fp8 propose benchmark at batch 1 (contexts 1024
 #     and 4096) under each DFLASH_CUDA_KERNELS value, one line each in sweep.txt, to choose between
 #     kernel levers in one call (--sweep-batches "1 8 32" times those batch sizes instead of 1);
+#     --sweep-without CLASSES (repeatable) does the same for the block forward without those kernel
+#     classes (cuda_propose_bench --without, e.g. "o+down": what they cost inside the graph);
 #     --bench-only skips every test and the default benchmark (for such
 #     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
 #     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out.
@@ -42,6 +44,7 @@ quick=0
 profile=0
 variants=()
 sweeps=()
+sweeps_without=()
 sweep_batches="1"
 bench_only=0
 gemm_bench=1
@@ -56,6 +59,7 @@ while (($#)); do
     --out) out_dir=$2; shift ;;
     --variant) variants+=("$2"); shift ;;
     --sweep) sweeps+=("$2"); shift ;;
+    --sweep-without) sweeps_without+=("$2"); shift ;;
     --sweep-batches) sweep_batches=$2; shift ;;
     --bench-only) bench_only=1 ;;
     --no-gemm-bench) gemm_bench=0 ;;
@@ -71,13 +75,13 @@ if ((remote == 0)); then
   set -e
   [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench gemm_bench stream_chain_probe)
+  targets=("${gpu_tests[@]}" "${property_tests[@]}" cuda_propose_bench gemm_bench)
   grep -q "dflash-harness" "$build_dir/build.ninja" 2>/dev/null && targets+=(dflash-harness)
   ninja -C "$build_dir" -j "$(nproc)" "${targets[@]}"
   rm -rf .gpu && mkdir -p .gpu
   for t in "${gpu_tests[@]}"; do cp "$build_dir/tests/gpu/$t" .gpu/; done
   for t in "${property_tests[@]}"; do cp "$build_dir/tests/properties/$t" .gpu/; done
-  cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" "$build_dir/bench/stream_chain_probe" .gpu/
+  cp "$build_dir/bench/cuda_propose_bench" "$build_dir/bench/gemm_bench" .gpu/
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
@@ -192,31 +196,23 @@ else
   status=1
 fi
 
-# The persistent-forward design probe (docs/benchmarks.md, "The streaming chain probe"): fails when
-# its outputs leave the reordering bound; its times go to the summary.
-if ((gemm_bench == 0)); then
-  note "--no-gemm-bench: the streaming chain probe was not run"
-elif .gpu/stream_chain_probe >"$out_dir/stream-chain-probe.log" 2>&1; then
-  note "PASS stream_chain_probe (stream-chain-probe.log)"
-  grep -E "^outputs vs|^\| the (drafter|streaming)" "$out_dir/stream-chain-probe.log" >>"$summary"
-else
-  note "FAIL stream_chain_probe (see stream-chain-probe.log)"
-  tail -n 5 "$out_dir/stream-chain-probe.log" | tee -a "$summary"
-  status=1
-fi
-
-for v in "${sweeps[@]}"; do
+# sweep_one LABEL COMMAND...: the fp8 propose benchmark (COMMAND and its arguments) at the sweep's
+# batch sizes, one line per batch in sweep.txt and the summary, each prefixed with [LABEL].
+sweep_one() {
+  local label=$1
+  shift
   # shellcheck disable=SC2086 # the batch sizes are separate words
-  if DFLASH_CUDA_KERNELS="$v" .gpu/cuda_propose_bench --precisions fp8 --batches $sweep_batches --contexts 1024 4096 \
-       >"$out_dir/sweep-one.log" 2>&1; then
-    grep -E "^  fp8 +batch" "$out_dir/sweep-one.log" | sed "s|^|[$v] |" | tee -a "$out_dir/sweep.txt" >>"$summary"
+  if "$@" --precisions fp8 --batches $sweep_batches --contexts 1024 4096 >"$out_dir/sweep-one.log" 2>&1; then
+    grep -E "^  fp8 +batch" "$out_dir/sweep-one.log" | sed "s|^|[$label] |" | tee -a "$out_dir/sweep.txt" >>"$summary"
   else
-    note "FAIL sweep [$v] cuda_propose_bench:"
+    note "FAIL sweep [$label] cuda_propose_bench:"
     tail -n 5 "$out_dir/sweep-one.log" | tee -a "$summary"
     status=1
   fi
   rm -f "$out_dir/sweep-one.log"
-done
+}
+for v in "${sweeps[@]}"; do sweep_one "$v" env DFLASH_CUDA_KERNELS="$v" .gpu/cuda_propose_bench; done
+for c in "${sweeps_without[@]}"; do sweep_one "without $c" .gpu/cuda_propose_bench --without "$c"; done
 
 if ((profile)); then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -229,13 +225,13 @@ if ((profile)); then
     note "PASS profile: ncu.csv ($(grep -c gpu__time_duration "$out_dir/ncu.csv") kernels)"
     rm -f "$out_dir/ncu.err"
     # One GEMM launch per shape in detail: throughput, occupancy, stall reasons, memory traffic.
-    for spec in "q|k|v 64 deep" "o 32 deep" "down 32 deep" "gate|up 64 deep" "lm_head 64 deep"; do
-      read -r shape columns pipeline <<<"$spec"
-      echo "=== gemm_bench --m 16 --shape $shape --format e4m3 --columns $columns --pipeline $pipeline" >>"$out_dir/ncu-gemm.txt"
+    for spec in "q|k|v 64" "o 32" "down 32" "gate|up 64" "lm_head 64"; do
+      read -r shape columns <<<"$spec"
+      echo "=== gemm_bench --m 16 --shape $shape --format e4m3 --columns $columns" >>"$out_dir/ncu-gemm.txt"
       "$ncu_bin" --clock-control none --cache-control none -k regex:gemm_mma --launch-skip 3 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
         --section MemoryWorkloadAnalysis .gpu/gemm_bench --m 16 --shape "$shape" --format e4m3 \
-        --columns "$columns" --pipeline "$pipeline" --reps 1 >>"$out_dir/ncu-gemm.txt" 2>&1 || note "FAIL ncu gemm $spec (see ncu-gemm.txt)"
+        --columns "$columns" --reps 1 >>"$out_dir/ncu-gemm.txt" 2>&1 || note "FAIL ncu gemm $spec (see ncu-gemm.txt)"
     done
     # The first attention kernel of the timed forward, in the same detail.
     echo "=== cuda_propose_bench --profile-one: first attention_mma_kernel" >>"$out_dir/ncu-gemm.txt"

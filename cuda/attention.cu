@@ -744,8 +744,7 @@ void prepare_attention_kernels() {
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_simple_kernel));
 }
 
-void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl, bool chunks,
-                      bool combine) {
+void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   if (choice.kernel == AttentionKernel::kTuned && choice.compiled_head_dim != a.head_dim) {
     throw internal_error("attention: kernel built for head_dim " + std::to_string(choice.compiled_head_dim) +
                          " asked to run head_dim " + std::to_string(a.head_dim));
@@ -758,10 +757,6 @@ void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cud
     }
     const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
     launch_kernel("attention_simple_kernel", attention_simple_kernel, grid, dim3(kSimpleThreads), smem, stream, pdl, a);
-    return;
-  }
-  if (!chunks) {
-    // timing only (KernelPlan::ablate)
   } else if (choice.kernel == AttentionKernel::kTuned) {
     switch (choice.compiled_head_dim) {
       case 64: launch_mma<64>(a, choice.pass_ctas, stream, pdl); break;
@@ -772,9 +767,17 @@ void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cud
   } else {
     launch_generic(a, stream, pdl);
   }
-  if (!combine) return;  // timing only (KernelPlan::ablate)
+}
+
+void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
+  if (choice.kernel == AttentionKernel::kSimple) return;  // no partials to combine
   const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
   launch_kernel("attention_combine_kernel", attention_combine_kernel, grid, dim3(kCombineThreads), 0, stream, pdl, a);
+}
+
+void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
+  launch_attention_chunks(choice, a, stream, pdl);
+  launch_attention_combine(choice, a, stream, pdl);
 }
 
 }  // namespace dflash

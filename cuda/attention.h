@@ -74,10 +74,12 @@ size_t attention_simple_smem_bytes(int64_t max_keys);
 size_t attention_simple_max_smem_bytes();
 
 // pdl: launch with programmatic dependent launch (cuda/launch.cuh; every kernel here waits first).
-// chunks / combine false leave the split-KV kernel / the combine kernel out: timing only
-// (KernelPlan::ablate), the output is then wrong.
-void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false,
-                      bool chunks = true, bool combine = true);
+// launch_attention runs both kernels of the split-KV choices: the chunks (or, for simple, the
+// whole attention) and then the combine, which are also launched one at a time by the block
+// forward (each a kernel class of its own in the benchmark).
+void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false);
+void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl);
+void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl);
 
 // Sets the kernels' shared-memory limits and loads them, so that nothing happens for the first
 // time inside a graph capture.

@@ -2,7 +2,6 @@
 // a propose is in cuda_forward.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -97,10 +96,6 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
-  if (!plan_.ablate.empty()) {
-    std::fprintf(stderr, "CUDA drafter: ablate=%s: those kernels are not launched, the outputs are wrong (timing only)\n",
-                 options_.kernels.at("ablate").c_str());
-  }
   require_device(options_.device);
   cudaDeviceProp prop;
   DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
@@ -169,9 +164,6 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   }
   gemm_ctx_.mma_columns_m64 = plan_.gemm_columns_m64;
   gemm_ctx_.sm_count = sm_count_;
-  gemm_ctx_.mma_pipeline = plan_.gemm_pipeline;
-  gemm_ctx_.mma_trigger = plan_.gemm_trigger;
-  gemm_ctx_.mma_lean_solo = plan_.gemm_lean_solo;
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
@@ -240,80 +232,16 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   xc_f32_.allocate(n(kContextChunkRows * h));
   kv_out_.allocate(n(kContextChunkRows * 2 * kv_dim));
 
-  // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel) and of the
-  // split-K partials, for the most rows each GEMM runs: graph capture must allocate nothing.
+  // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel), for the most
+  // rows each GEMM runs: graph capture must allocate nothing.
   int64_t raw = kContextChunkRows * std::max(h, 2 * kv_dim);
   if (plan_.block_gemm == GemmKernel::kCublasLt || plan_.block_gemm == GemmKernel::kSimple) {
     raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
   }
-  if (plan_.block_gemm == GemmKernel::kMmaSplitK) {
-    for (const DeviceLayerWeights& layer : weights_.layers) {
-      for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-        raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, rows, w->n, w->k_pad));
-      }
-    }
-    raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, draft_rows, vocab, weights_.lm_head.k_pad));
-  }
-  if (!plan_.ctx_gemm_auto && plan_.ctx_gemm == GemmKernel::kMmaSplitK) {
-    raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, kContextChunkRows, weights_.fc.n, weights_.fc.k_pad));
-    for (const DeviceLayerWeights& layer : weights_.layers) {  // the k|v rows of q|k|v
-      raw = std::max(raw, gemm_scratch_floats(GemmKernel::kMmaSplitK, kContextChunkRows, 2 * kv_dim, layer.qkv.k_pad));
-    }
-  }
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
   gemm_ctx_.raw_capacity = gemm_raw_.size();
-  resolve_layer_chain();
   DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-void CudaDrafter::resolve_layer_chain() {
-  const bool asked = plan_.layer_chain == KernelPlan::Chain::kOn;
-  const int resident = layer_chain_ctas_per_sm();
-  std::string off;  // why the chain does not run
-  if (plan_.layer_chain == KernelPlan::Chain::kOff) {
-    off = "layer_chain=off";
-  } else if (plan_.layer_chain == KernelPlan::Chain::kAuto && !kLayerChainByDefault) {
-    off = "layer_chain=auto: off by default (slower than the separate kernels on an H200, docs/benchmarks.md)";
-  } else if (!fp8_) {
-    off = "bf16 weights: the chain streams E4M3 weights";
-  } else if (plan_.block_gemm != GemmKernel::kMma) {
-    off = std::string("gemm=") + gemm_kernel_name(plan_.block_gemm) + ": the chain runs the mma kernel's GEMMs";
-  } else if (!plan_.swiglu_fused) {
-    off = "swiglu=separate";
-  } else if (plan_.rmsnorm != RowKernel::kTuned) {
-    off = "rmsnorm=simple";
-  } else if (!plan_.ablate.empty()) {
-    off = "ablate: the chain would run the ablated kernels";
-  } else if (resident < 1) {
-    off = "its " + std::to_string(layer_chain_smem_bytes() / 1024) + " KB of shared memory do not fit on an SM";
-  } else {
-    // The steps of the first and the last layer at the most rows a chain serves: operand shapes
-    // and alignments are those of every forward.
-    const int width = static_cast<int>(std::min<int64_t>(max_width_, kLayerChainMaxRows));
-    const int batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(settings_.max_batch, kLayerChainMaxRows / width)));
-    for (int l : {0, config_.num_layers - 1}) {
-      if (off.empty()) off = layer_chain_refusal(layer_chain_steps(l, batch, width, true));
-    }
-  }
-  const int capacity = sm_count_ * std::max(resident, 1);
-  if (plan_.layer_chain_ctas > capacity) {
-    throw bad_input("CUDA kernels: layer_chain_ctas=" + std::to_string(plan_.layer_chain_ctas) + ": at most " +
-                    std::to_string(capacity) + " CTAs of the chain fit on this device at once (its grid barriers "
-                    "need every CTA resident)");
-  }
-  if (!off.empty()) {
-    plan_.layer_chain_resolved = "off (" + off + ")";
-    if (asked) plan_.fallbacks.push_back("layer_chain: on -> off (" + off + ")");
-    return;
-  }
-  chain_ctas_ = plan_.layer_chain_ctas > 0 ? plan_.layer_chain_ctas : sm_count_;
-  chain_barriers_.allocate(static_cast<size_t>(config_.num_layers));
-  plan_.layer_chain_resolved =
-      "on: one persistent kernel of " + std::to_string(chain_ctas_) +
-      " CTAs per layer (o, post-attention RMSNorm, gate|up, down, the next input RMSNorm and q|k|v" +
-      (plan_.layer_chain_lm_head ? "; lm_head in the last" : "") + ") for block forwards of at most " +
-      std::to_string(kLayerChainMaxRows) + " rows; separate kernels above";
 }
 
 CudaDrafter::~CudaDrafter() {
@@ -351,32 +279,6 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   d.emplace_back("scratch", std::to_string(settings_.max_batch) + " sequences x " + std::to_string(max_width_) +
                                 " block rows; context chunks of " + std::to_string(kContextChunkRows) + " rows");
   return d;
-}
-
-bool CudaDrafter::graph_captured(int block_width, int batch) const {
-  auto it = graphs_.find({block_width, batch});
-  return it != graphs_.end() && it->second.exec != nullptr;
-}
-
-QuantizedRows CudaDrafter::download_fp8_weight(const std::string& which, int layer) const {
-  if (!fp8_) throw bad_input("download_fp8_weight: the drafter holds bf16 weights");
-  if (which == "lm_head") return download_quantized(weights_.lm_head);
-  if (layer < 0 || layer >= config_.num_layers) throw bad_input("download_fp8_weight: no layer " + std::to_string(layer));
-  const DeviceLayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
-  if (which == "qkv") return download_quantized(l.qkv);
-  if (which == "o") return download_quantized(l.o);
-  if (which == "gate_up") return download_quantized(l.gate_up);
-  if (which == "down") return download_quantized(l.down);
-  throw bad_input("download_fp8_weight: unknown weight '" + which + "'");
-}
-
-int64_t CudaDrafter::block_weight_bytes() const {
-  int64_t bytes = weights_.lm_head.storage_bytes();
-  for (const DeviceLayerWeights& l : weights_.layers) {
-    bytes += l.qkv.storage_bytes() + l.o.storage_bytes() + l.gate_up.storage_bytes() + l.down.storage_bytes();
-    bytes += static_cast<int64_t>(l.input_norm.bytes() + l.post_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes());
-  }
-  return bytes + static_cast<int64_t>(weights_.final_norm.bytes());
 }
 
 }  // namespace dflash

@@ -1,5 +1,6 @@
-// The CUDA drafter's class, visible to the GPU tests and the benchmark (callers of the factory
-// only see DraftProposer). One propose runs in two phases:
+// The CUDA drafter's class, visible to the GPU tests and the benchmarks (callers of the factory
+// only see DraftProposer; what the tests and benchmarks ask beyond it is in
+// cuda/cuda_drafter_debug.h). One propose runs in two phases:
 //  1. context ingestion (eager, variable size): the admitted context rows, in chunks of
 //     kContextChunkRows, through fc, hidden_norm and every layer's k/v projection, k_norm and RoPE,
 //     into the paged pools at the slots KvPageTable::admit decided;
@@ -8,6 +9,7 @@
 //     windows, block tables) is read from device buffers, so a replay with new values is correct.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +28,6 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_weights.h"
 #include "cuda/kernel_plan.h"
-#include "cuda/layer_chain.h"
 
 namespace dflash {
 
@@ -44,20 +45,9 @@ class CudaDrafter final : public PagedProposer {
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
   std::vector<std::pair<std::string, std::string>> describe() const override;
 
-  // --- for the GPU tests and the benchmark ---
-  // Enqueues the block forward of the last propose again (same device inputs), as a graph replay
-  // when the graph exists, on stream(). Nothing is copied back.
-  void enqueue_last_block_forward();
-  cudaStream_t stream() const { return stream_; }
-  bool graph_captured(int block_width, int batch) const;
-  // The device's copy of an E4M3 weight: "qkv", "o", "gate_up", "down" of `layer`, or "lm_head".
-  QuantizedRows download_fp8_weight(const std::string& which, int layer) const;
-  // Bytes one block forward must read from HBM at least: every projection weight in its storage
-  // format (lm_head included) and the norms; the KV cache is counted separately by the caller.
-  int64_t block_weight_bytes() const;
-  const KernelPlan& plan() const { return plan_; }
 
  private:
+  friend struct CudaDrafterDebug;  // cuda/cuda_drafter_debug.cc
   struct TapSink;
   struct GraphEntry {
     int eager_runs = 0;
@@ -68,21 +58,25 @@ class CudaDrafter final : public PagedProposer {
                       TapSink* taps);
   void upload_step(const std::vector<ProposeInput>& batch);
   void run_block_forward(int batch, int block_width, TapSink* taps);
+  // One launch of the block forward (or, with taps, a tap read between launches: kernel_class
+  // null), named by its kernel class ("embed", "rmsnorm", "qkv", "qk_norm_rope",
+  // "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"). The
+  // block forward is this list run in order; the benchmark times it without a class by running
+  // the same list without that class's launches (cuda/cuda_drafter_debug.h).
+  struct ForwardLaunch {
+    const char* kernel_class;
+    std::function<void()> enqueue;
+  };
+  std::vector<ForwardLaunch> block_forward_launches(int batch, int block_width, TapSink* taps);
   void enqueue_block_forward(int batch, int block_width, TapSink* taps);
   // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue);
-  // The layer chain (cuda/layer_chain.h): decided once at construction (chain_ctas_ > 0: on).
-  void resolve_layer_chain();
-  // Layer l's chain: o, post-attention RMSNorm, gate|up, down, the next input RMSNorm (the final
-  // norm after the last layer) and the next q|k|v (or, as a lever, the lm_head). taps: the o and
-  // down GEMMs also store their outputs for the o_proj and mlp taps.
-  std::vector<LayerChainStep> layer_chain_steps(int layer, int batch, int width, bool taps) const;
-  // The forward's operands, the same for the block forward's separate kernels, the layer chain
-  // and the context rows: RMSNorm of the [rows, hidden] fp32 `in` (h, or the context rows' fc
-  // output) with `weight` into `out` (and the draft rows into draft_out, when set); the GEMM
-  // epilogues of q|k|v, of o and down (h += ·, and a copy to tap_out unless it is null), of
-  // gate|up (the fused SwiGLU or the raw pair) and of the lm_head (logits and argmax partials).
+  // The forward's operands, the same for the block and the context rows: RMSNorm of the
+  // [rows, hidden] fp32 `in` (h, or the context rows' fc output) with `weight` into `out` (and the
+  // draft rows into draft_out, when set); the GEMM epilogues of q|k|v, of o and down (h += ·, and a
+  // copy to tap_out unless it is null), of gate|up (the fused SwiGLU or the raw pair) and of the
+  // lm_head (logits and argmax partials).
   RmsNormArgs rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out, int width,
                           int64_t rows) const;
   GemmEpilogue qkv_epilogue() const;
@@ -133,9 +127,6 @@ class CudaDrafter final : public PagedProposer {
   DeviceBuffer<uint16_t> d_ctx_, xc_;
   DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
   DeviceBuffer<float> xc_f32_, kv_out_;
-
-  int chain_ctas_ = 0;  // the layer chain's grid; 0: the chain is off
-  DeviceBuffer<unsigned long long> chain_barriers_;  // one grid-barrier counter per layer's chain
 
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
   int last_batch_ = 0, last_width_ = 0;

@@ -2,14 +2,17 @@
 // copies back, and the taps.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/stages.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter_impl.h"
 #include "cuda/elementwise.h"
+#include "cuda/graph_capture.h"
 #include "cuda/host_parallel.h"
 
 namespace dflash {
@@ -81,7 +84,7 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
     out.draft_tokens.assign(tokens, tokens + (width - 1));
     if (taps) {
       out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
-      out.taps.push_back({"logits", out.logits});
+      out.taps.push_back({stage_name(StageKind::kLogits), out.logits});
     }
     outputs.push_back(std::move(out));
   }
@@ -176,7 +179,7 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
   }
   if (taps) {
     for (size_t b = 0; b < batch.size(); ++b) {
-      taps->per_sequence[b].push_back({"ctx_proj", Tensor({admitted[b], h}, std::move(ctx_proj[b]))});
+      taps->per_sequence[b].push_back({stage_name(StageKind::kCtxProj), Tensor({admitted[b], h}, std::move(ctx_proj[b]))});
     }
   }
 }
@@ -225,27 +228,9 @@ void CudaDrafter::run_block_forward(int batch, int width, TapSink* taps) {
     return;
   }
   if (entry.exec == nullptr) {
-    DFLASH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_block_forward(batch, width, nullptr);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream_, &broken);
-      if (broken != nullptr) cudaGraphDestroy(broken);
-      throw;
-    }
-    cudaGraph_t graph = nullptr;
-    DFLASH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    const cudaError_t status = cudaGraphInstantiate(&entry.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    DFLASH_CUDA_CHECK(status);
+    entry.exec = capture_graph(stream_, [&] { enqueue_block_forward(batch, width, nullptr); });
   }
   DFLASH_CUDA_CHECK(cudaGraphLaunch(entry.exec, stream_));
-}
-
-void CudaDrafter::enqueue_last_block_forward() {
-  if (last_batch_ == 0) throw bad_input("enqueue_last_block_forward: no propose has run yet");
-  run_block_forward(last_batch_, last_width_, nullptr);
 }
 
 RmsNormArgs CudaDrafter::rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out,
@@ -306,45 +291,7 @@ GemmEpilogue CudaDrafter::lm_head_epilogue() const {
   return logits;
 }
 
-std::vector<LayerChainStep> CudaDrafter::layer_chain_steps(int l, int batch, int width, bool taps) const {
-  const int64_t rows = static_cast<int64_t>(batch) * width;
-  const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
-  auto gemm = [&](const uint16_t* a, int64_t lda, int64_t m, const DeviceLinear& w, const GemmEpilogue& epilogue) {
-    LayerChainStep s;
-    s.kind = LayerChainStep::Kind::kGemm;
-    s.a = a;
-    s.lda = lda;
-    s.m = m;
-    s.w = w.view();
-    s.epilogue = epilogue;
-    return s;
-  };
-  auto rmsnorm = [&](const float* weight, uint16_t* out, uint16_t* draft_out) {
-    LayerChainStep s;
-    s.kind = LayerChainStep::Kind::kRmsNorm;
-    s.norm = rmsnorm_args(h_.get(), weight, out, draft_out, width, rows);
-    return s;
-  };
-  std::vector<LayerChainStep> steps;
-  steps.push_back(gemm(attn_.get(), ld_q_, rows, layer.o, residual_epilogue(taps ? o_out_.get() : nullptr)));
-  steps.push_back(rmsnorm(layer.post_norm.get(), y_.get(), nullptr));
-  steps.push_back(gemm(y_.get(), ld_hidden_, rows, layer.gate_up, gate_up_epilogue()));
-  steps.push_back(gemm(act_.get(), ld_inter_, rows, layer.down, residual_epilogue(taps ? mlp_out_.get() : nullptr)));
-  if (l + 1 < config_.num_layers) {
-    const DeviceLayerWeights& next = weights_.layers[static_cast<size_t>(l + 1)];
-    steps.push_back(rmsnorm(next.input_norm.get(), x_.get(), nullptr));
-    steps.push_back(gemm(x_.get(), ld_hidden_, rows, next.qkv, qkv_epilogue()));
-  } else {
-    steps.push_back(rmsnorm(weights_.final_norm.get(), hf_.get(), hf_draft_.get()));
-    if (plan_.layer_chain_lm_head) {
-      steps.push_back(gemm(hf_draft_.get(), ld_hidden_, static_cast<int64_t>(batch) * (width - 1), weights_.lm_head,
-                           lm_head_epilogue()));
-    }
-  }
-  return steps;
-}
-
-void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
+std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int batch, int width, TapSink* taps) {
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
   const int64_t rows = static_cast<int64_t>(batch) * width;
@@ -354,13 +301,17 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   // Every kernel after the first (the embedding, which follows the host's uploads) may start early;
   // taps synchronize between stages, so they gain nothing from it.
   const bool pdl = plan_.pdl && taps == nullptr;
-  // KernelPlan::ablate (timing only) leaves kernels out below; the embedding always runs.
-  // The layer chain replaces layer l's o ... and layer l+1's input RMSNorm and q|k|v.
-  const bool chain = chain_ctas_ > 0 && rows <= kLayerChainMaxRows;
+  std::vector<ForwardLaunch> launches;
+  auto launch = [&](const char* kernel_class, std::function<void()> enqueue) {
+    launches.push_back({kernel_class, std::move(enqueue)});
+  };
+  // A tap: rows_per_seq = width rows of each sequence, read once the stream has reached it.
+  auto tap = [&](const std::string& name, const void* device, bool bf16, int64_t cols, int64_t ld) {
+    if (taps) launch(nullptr, [=] { taps->capture(name, device, bf16, width, cols, ld); });
+  };
 
   for (int l = 0; l < config_.num_layers; ++l) {
     const DeviceLayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
-    const std::string p = "L" + std::to_string(l) + ".";
     const RmsNormArgs norm = rmsnorm_args(h_.get(), layer.input_norm.get(), x_.get(), nullptr, width, rows);
     if (l == 0) {
       EmbedArgs embed;
@@ -368,16 +319,15 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
       embed.anchors = d_anchors_.get();
       embed.mask_token_id = config_.mask_token_id;
       embed.h = h_.get();
-      launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_);
-      if (taps) taps->capture("embed", h_.get(), false, width, h, h);
-    } else if (!chain && !plan_.ablated("rmsnorm")) {
-      launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl);
+      launch("embed", [=] { launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_); });
+      tap(stage_name(StageKind::kEmbed), h_.get(), false, h, h);
+    } else {
+      launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl); });
     }
-    if (taps) taps->capture(p + "attn_norm", x_.get(), true, width, h, ld_hidden_);
+    tap(stage_name(StageKind::kAttnNorm, l), x_.get(), true, h, ld_hidden_);
 
-    if ((l == 0 || !chain) && !plan_.ablated("qkv")) {
-      enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_epilogue());
-    }
+    const DeviceMatrixView qkv = layer.qkv.view();
+    launch("qkv", [=] { enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, qkv, qkv_epilogue()); });
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -400,12 +350,10 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     rope.v_out = v_block_.get();
     rope.ld_kv = kv_dim;
     rope.rows = rows;
-    if (!plan_.ablated("qk_norm_rope")) launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl);
-    if (taps) {
-      taps->capture(p + "q", q_.get(), true, width, q_dim, q_dim);
-      taps->capture(p + "k", k_block_.get(), true, width, kv_dim, kv_dim);
-      taps->capture(p + "v", v_block_.get(), true, width, kv_dim, kv_dim);
-    }
+    launch("qk_norm_rope", [=] { launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl); });
+    tap(stage_name(StageKind::kQ, l), q_.get(), true, q_dim, q_dim);
+    tap(stage_name(StageKind::kK, l), k_block_.get(), true, kv_dim, kv_dim);
+    tap(stage_name(StageKind::kV, l), v_block_.get(), true, kv_dim, kv_dim);
 
     AttentionArgs att;
     att.q = q_.get();
@@ -431,68 +379,53 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
     att.ld_out = ld_q_;
-    if (!plan_.ablated("attention")) {
-      launch_attention(plan_.attention, att, stream_, pdl, !plan_.ablated("attention_chunks"), !plan_.ablated("combine"));
-    }
-    if (taps) taps->capture(p + "attn", attn_.get(), true, width, q_dim, ld_q_);
+    launch("attention_chunks", [=] { launch_attention_chunks(plan_.attention, att, stream_, pdl); });
+    launch("combine", [=] { launch_attention_combine(plan_.attention, att, stream_, pdl); });
+    tap(stage_name(StageKind::kAttn, l), attn_.get(), true, q_dim, ld_q_);
 
-    if (chain) {
-      launch_layer_chain(layer_chain_steps(l, batch, width, taps != nullptr), chain_ctas_,
-                         chain_barriers_.get() + l, stream_, pdl);
-      if (taps) {
-        taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
-        taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
-        taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
-        taps->capture(p + "out", h_.get(), false, width, h, h);
-      }
-      continue;
+    const DeviceMatrixView o = layer.o.view();
+    float* o_tap = taps ? o_out_.get() : nullptr;
+    launch("o", [=] { enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, o, residual_epilogue(o_tap)); });
+    tap(stage_name(StageKind::kOProj, l), o_out_.get(), false, h, h);
+
+    const RmsNormArgs post_norm = rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows);
+    launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, post_norm, stream_, pdl); });
+    tap(stage_name(StageKind::kMlpNorm, l), y_.get(), true, h, ld_hidden_);
+
+    const DeviceMatrixView gate_up = layer.gate_up.view();
+    launch("gate_up", [=] { enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, gate_up, gate_up_epilogue()); });
+    if (!plan_.swiglu_fused) {
+      launch("swiglu", [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl); });
     }
 
-    if (!plan_.ablated("o")) {
-      enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, layer.o.view(), residual_epilogue(taps ? o_out_.get() : nullptr));
-    }
-    if (taps) taps->capture(p + "o_proj", o_out_.get(), false, width, h, h);
-
-    if (!plan_.ablated("rmsnorm")) {
-      launch_rmsnorm(plan_.rmsnorm, rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows), stream_,
-                     pdl);
-    }
-    if (taps) taps->capture(p + "mlp_norm", y_.get(), true, width, h, ld_hidden_);
-
-    if (!plan_.ablated("gate_up")) {
-      enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up_epilogue());
-    }
-    if (!plan_.swiglu_fused) launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl);
-
-    if (!plan_.ablated("down")) {
-      enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, layer.down.view(),
-                   residual_epilogue(taps ? mlp_out_.get() : nullptr));
-    }
-    if (taps) {
-      taps->capture(p + "mlp", mlp_out_.get(), false, width, h, h);
-      taps->capture(p + "out", h_.get(), false, width, h, h);
-    }
+    const DeviceMatrixView down = layer.down.view();
+    float* mlp_tap = taps ? mlp_out_.get() : nullptr;
+    launch("down", [=] { enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, down, residual_epilogue(mlp_tap)); });
+    tap(stage_name(StageKind::kMlp, l), mlp_out_.get(), false, h, h);
+    tap(stage_name(StageKind::kOut, l), h_.get(), false, h, h);
   }
 
   // hf = RMSNorm_norm(h); rows 1..B-1 of each block also go to the lm_head's input.
-  if (!chain && !plan_.ablated("rmsnorm")) {
-    launch_rmsnorm(plan_.rmsnorm,
-                   rmsnorm_args(h_.get(), weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows), stream_,
-                   pdl);
-  }
-  if (taps) taps->capture("final_norm", hf_.get(), true, width, h, ld_hidden_);
+  const RmsNormArgs final_norm = rmsnorm_args(h_.get(), weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows);
+  launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, final_norm, stream_, pdl); });
+  tap(stage_name(StageKind::kFinalNorm), hf_.get(), true, h, ld_hidden_);
 
-  if (!(chain && plan_.layer_chain_lm_head) && !plan_.ablated("lm_head")) {
-    enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), lm_head_epilogue());
-  }
-  if (plan_.ablated("argmax")) {
-    // timing only (KernelPlan::ablate)
-  } else if (plan_.argmax_fused) {
-    launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(), stream_,
-                         pdl);
+  const DeviceMatrixView lm_head = weights_.lm_head.view();
+  launch("lm_head",
+         [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
+  if (plan_.argmax_fused) {
+    launch("argmax", [=] {
+      launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(),
+                           stream_, pdl);
+    });
   } else {
-    launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl);
+    launch("argmax", [=] { launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl); });
   }
+  return launches;
+}
+
+void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
+  for (const ForwardLaunch& launch : block_forward_launches(batch, width, taps)) launch.enqueue();
 }
 
 }  // namespace dflash

@@ -82,7 +82,7 @@ __global__ void embed_kernel(EmbedArgs e, int64_t cols, int block_width) {
 // round of independent loads, then the sum, then the stores), so a 16-row block costs one memory
 // round trip instead of a loop of dependent ones. kEmbed: the row is first gathered from the bf16
 // embedding table and also stored to h (layer 0), one launch instead of two. Per row the order of
-// the sum is fixed (rmsnorm_row.cuh, which the layer chain shares): batch invariant.
+// the sum is fixed (rmsnorm_row.cuh): batch invariant.
 constexpr int kNormThreads = rmsnorm_row::kVirtualThreads;
 
 template <bool kEmbed>

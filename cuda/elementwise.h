@@ -40,7 +40,7 @@ struct EmbedArgs {
 void launch_embed_rmsnorm(RowKernel kernel, const EmbedArgs& embed, const RmsNormArgs& norm, cudaStream_t stream);
 // Whether the tuned (vectorized) RMSNorm serves `norm` (with `embed`: the embedding variant): whole
 // float4s, aligned rows, at most 16384 columns. Otherwise the tuned choice runs a loop kernel with
-// another sum order, which the layer chain does not reproduce (cuda/layer_chain.h).
+// another sum order.
 bool rmsnorm_vec_fits(const RmsNormArgs& norm, const EmbedArgs* embed);
 
 // Per head: RMSNorm over d (q_norm / k_norm weights), then rotate-half RoPE at the row's position:

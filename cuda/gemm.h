@@ -9,11 +9,6 @@
 //    the epilogue runs as a separate kernel. Its algorithm may change with m: invariant only within
 //    a rounding bound.
 //  - kSimple: one thread per output, a plain k loop (for bisecting one kernel at a time).
-//  - kMmaSplitK: the mma kernel with K also split across CTAs (grid.z) for narrow N, so that a
-//    batch-1 GEMM of 4096-6144 columns fills the SMs; the splits write fp32 partials to
-//    GemmContext::raw and a second kernel adds them in split order and runs the same epilogue.
-//    The split count depends on (n, k_pad) only (gemm_split_count), never on m: batch invariant
-//    bit for bit. With one split it is literally the kMma path.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,26 +54,9 @@ struct GemmEpilogue {
   int64_t ld_argmax = 0;
 };
 
-enum class GemmKernel { kMma, kCublasLt, kSimple, kMmaSplitK };
+enum class GemmKernel { kMma, kCublasLt, kSimple };
 
-// How the kMma kernel streams operands at m <= 16 (same work split and reduction order, so the same
-// bits): kRing moves weight and activation tiles through a per-warp cp.async ring in shared
-// memory; kDeep moves only the weights through a deeper ring and loads the activations straight
-// into registers one k-tile ahead, with a ring up to twice as deep ("solo" layout) when the grid
-// has at most one CTA per SM (GemmContext::sm_count), and a last wave of one 64-column CTA per SM
-// split off to 32-column CTAs; kDeepShared is kDeep without either.
-enum class GemmPipeline { kRing, kDeep, kDeepShared };
-const char* gemm_pipeline_name(GemmPipeline pipeline);  // "ring", "deep", "deep-shared"
-bool parse_gemm_pipeline(const std::string& name, GemmPipeline* out);
-
-// Where the deep pipeline's CTAs let the next kernel of a PDL chain be scheduled (its own pdl_wait
-// still waits for this kernel to finish, so the bits never change): after the main loop
-// (kLoopEnd), once a warp has issued its last weight copy (kLastIssue), or at the start (kStart).
-enum class GemmTrigger { kLoopEnd, kLastIssue, kStart };
-const char* gemm_trigger_name(GemmTrigger trigger);  // "loop-end", "last-issue", "start"
-bool parse_gemm_trigger(const std::string& name, GemmTrigger* out);
-
-const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "mma-splitk"
+const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple"
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
 // Device resources the GEMMs use; owned by the caller.
@@ -91,19 +69,13 @@ struct GemmContext {
   size_t raw_capacity = 0;
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
   int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by shape (gemm_mma_columns_m64)
-  int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the deep pipeline's solo layout
-  GemmPipeline mma_pipeline = GemmPipeline::kDeep;  // kMma at m <= 16
-  // kMma's deep pipeline. Measured on an H200 (docs/benchmarks.md, v12): the last-issue trigger and
-  // the lean solo layout together take 14 us off the fp8 batch-1 forward.
-  GemmTrigger mma_trigger = GemmTrigger::kLastIssue;  // with pdl: where the next kernel may be scheduled
-  bool mma_lean_solo = true;  // the solo layout in at most 186 KB of shared memory
+  int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the m <= 16 kernel's solo layout
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
 
 // The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16 (where
 // gemm_mma_columns_m64 decides); at m <= 16 the
-// requested width (32 / 64 / 96 / 128, clamped to 64 for bf16 weights; 96 runs the deep pipeline
-// whichever is asked, the ring's stages would not fit), or with requested = 0 the width
+// requested width (32 / 64 / 96 / 128, clamped to 64 for bf16 weights), or with requested = 0 the width
 // of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The
 // width never changes any element's reduction order (bits are equal).
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
@@ -112,25 +84,9 @@ int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, i
 // weights: always 32 (two ring stages of 64 bf16 columns do not fit in shared memory). E4M3: the
 // requested 32 or 64, or with requested = 0 the width whose busiest SM (one CTA per SM either way)
 // streams the fewest bytes per k-tile: 64 columns read their 64 activation rows once per 64 weight
-// columns instead of per 32 (half the activations' L2 traffic: ~20 % off the batch 8 and 32
-// proposes on an H200), unless that halves the CTAs below the SM count (m = 64: o and down, N =
-// 4096, 26.5 µs at 32 columns vs 29.7 at 64). The width never changes any element's reduction
-// order (bits are equal).
+// columns instead of per 32 (half the activations' L2 traffic), unless that halves the CTAs below
+// the SM count. The width never changes any element's reduction order (bits are equal).
 int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
-
-// kMmaSplitK: the number of K splits for an [n, k_pad] weight (1 = the plain mma kernel). A
-// function of the weight's shape only, so every output element is reduced in the same order
-// whatever the number of rows.
-int gemm_split_count(int64_t n, int64_t k_pad);
-
-// fp32 elements of GemmContext::raw that `kernel` needs to run m rows of an [n, k_pad] weight in one
-// pass (0: none). kMmaSplitK also runs with less (>= n · splits), in row chunks that each read the
-// weights again: same bits, slower.
-int64_t gemm_scratch_floats(GemmKernel kernel, int64_t m, int64_t n, int64_t k_pad);
-
-// The mma kernels' operand layout: w.k_pad a multiple of 64, lda a multiple of 8 and >= w.k_pad,
-// A and the weights 16-byte aligned (the layer chain checks the same before it runs a GEMM).
-bool gemm_mma_operands_fit(const uint16_t* a, int64_t lda, const DeviceMatrixView& w);
 
 // Enqueues C = A·Wᵀ with the epilogue on ctx.stream. A: [m, lda] bf16 bits, 16-byte aligned,
 // lda >= w.k_pad and a multiple of 8, columns [w.k, w.k_pad) zero. m >= 1.
@@ -148,10 +104,6 @@ void prepare_gemm_fallback_kernels();
 // Internal launchers (gemm.cc dispatches to them).
 void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      const GemmEpilogue& epilogue);
-// kMmaSplitK with splits > 1: partials [splits][rows][n] in `partials` (capacity floats), then the
-// ordered sum and the epilogue; m is run in row chunks when the capacity is short of m rows.
-void launch_gemm_mma_splitk(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                            const GemmEpilogue& epilogue, float* partials, size_t capacity);
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);

@@ -67,14 +67,11 @@ __device__ __forceinline__ void load_epilogue_constants(const EpilogueArgs& e, i
   }
 }
 // The residual: written by earlier kernels, so read after the PDL wait; only this element's own
-// epilogue writes it. kThroughL2: ld.global.cg, for a kernel whose other CTAs wrote it (L1 is not
-// coherent across SMs within a kernel: the layer chain).
-template <bool kThroughL2 = false>
+// epilogue writes it.
 __device__ __forceinline__ void load_epilogue_residual(const EpilogueArgs& e, int64_t row, int64_t col,
                                                        EpilogueInputs& in) {
   if (row < e.m && col < e.n && e.ep.residual != nullptr) {
-    const float* src = e.ep.residual + row * e.ep.ld_residual + col;
-    in.residual = kThroughL2 ? __ldcg(src) : *src;
+    in.residual = e.ep.residual[row * e.ep.ld_residual + col];
   }
 }
 

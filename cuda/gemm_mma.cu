@@ -7,19 +7,19 @@
 // reduces the 64-column k-tiles w, w + 8, w + 16, ... in that order (interleaved, so that the 8
 // warps of a CTA read 512 contiguous bytes of each weight row at a time), and the 8 partial sums
 // are added in shared memory in warp order. The split depends on K only and every accumulator sees
-// its k-tiles and mma steps in the same order for every MT, NT and pipeline, so each output
-// element is reduced in the same order whatever m is (batch invariance, bit for bit).
+// its k-tiles and mma steps in the same order for every MT, NT and kernel, so each output element
+// is reduced in the same order whatever m is (batch invariance, bit for bit).
 //
-// Streaming (GemmPipeline). kRing (gemm_mma_kernel; every m > 16): each warp runs its own cp.async
-// ring of S stages in shared memory, one k-tile of its weight rows and of the MT·16 activation rows
-// per stage, so S-1 k-tiles are in flight while it computes one. kDeep (gemm_mma_deep_kernel,
-// m <= 16): only the weights go through the ring, which then holds 3-8 stages (the "solo" layout,
-// twice the stages, where the grid has at most one CTA per SM; and a partial last wave of 64-column
-// CTAs split off to a launch of 32-column ones; kDeepShared does neither), and
-// each thread loads its activation fragments for the next k-tile straight into registers. The
-// deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream); its solo layout
-// keeps to 186 KB by default (lean: an attention CTA fits beside it), it loads its epilogue's
-// inputs early, and it lets the next kernel of a PDL chain be scheduled where GemmTrigger says.
+// Streaming. m > 16 (gemm_mma_kernel): each warp runs its own cp.async ring of S stages in shared
+// memory, one k-tile of its weight rows and of the 64 activation rows per stage, so S-1 k-tiles
+// are in flight while it computes one. m <= 16 (gemm_mma_deep_kernel): only the weights go through
+// the ring, which then holds 3-8 stages (the "solo" layout, more stages, where the grid has at most
+// one CTA per SM; and a partial last wave of 64-column CTAs split off to a launch of 32-column
+// ones), and each thread loads its activation fragments for the next k-tile straight into
+// registers. The deep kernel's weight copies ask L2 for 256-byte segments (cp_async_16_stream); its
+// solo layout keeps to 186 KB (an attention CTA fits beside it), it loads its epilogue's inputs
+// early, and it lets the next kernel of a PDL chain be scheduled once its last weight copy is
+// issued.
 //
 // Fragments. mma.sync m16n8k16 (bf16 in, fp32 accumulate). A dot product does not care which
 // physical k feeds which fragment slot as long as A and B agree, so thread (g = lane/4, t = lane%4)
@@ -57,11 +57,11 @@ struct Stages {
   static constexpr int kWeightBytes = NT * 8 * kWeightRowBytes;
   static constexpr int kActivationBytes = MT * 16 * kARowBytes;
   static constexpr int kStageBytes = kWeightBytes + kActivationBytes;
-  static constexpr int kCount = MT == 1 && NT == 4 && kFp8 ? 3 : 2;  // S
+  static constexpr int kCount = 2;  // S
   static constexpr size_t kSmem = static_cast<size_t>(kWarps) * kCount * kStageBytes;
   static constexpr size_t kReduceSmem = reduce_smem_bytes(MT, NT);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
-  // Two CTAs per SM while their shared memory fits (MT = 1 up to 64 columns).
+  // Two CTAs per SM while their shared memory fits.
   static constexpr int kMinBlocks = 2 * (kTotalSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
@@ -72,43 +72,24 @@ struct MmaParams {
   int64_t ldw_bytes;     // bytes per weight row
   int k_tiles;
   EpilogueArgs epilogue;
-  // Split-K only (kPartials): split blockIdx.z reduces k-tiles [z·split_tiles, (z+1)·split_tiles)
-  // and stores its sums to partials[z][m][n] (row stride n = epilogue.n) instead of the epilogue.
-  int split_tiles;
-  float* partials;
-  // The deep kernel only: its CTAs start at column n_begin (the tail launch of a wave split), and
-  // signal the next kernel of a PDL chain where `trigger` says (GemmTrigger).
+  // The deep kernel only: its CTAs start at column n_begin (the tail launch of a wave split).
   int64_t n_begin = 0;
-  GemmTrigger trigger = GemmTrigger::kLoopEnd;
-  bool lean_solo = false;  // the deep kernel's solo layout at most 186 KB (DeepStages::kLean)
 };
 
-// kPartials = false is the kMma kernel: the whole K per CTA, epilogue in place. kPartials = true is
-// the split-K variant; everything but the k-tile range and the final store is the same code.
-template <bool kFp8, int MT, int NT, bool kPartials>
+// The whole K per CTA, epilogue in place.
+template <bool kFp8, int MT, int NT>
 __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) gemm_mma_kernel(MmaParams p) {
   using L = Stages<kFp8, MT, NT>;
-  constexpr int kTileBytes = kFp8 ? kKTile : 2 * kKTile;  // bytes of one weight row per k-tile
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * MT * 16;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT * 8;
-  // Split-K: this CTA's k-tiles are [z·split_tiles, z·split_tiles + k_tiles) of the whole K; the
-  // weight and activation bases move to the first of them, so k-tile kt below is relative to it
-  // (for kMma: kt_first = 0, the whole K).
-  int k_tiles = p.k_tiles;
   const uint8_t* w_base = p.w;
   const uint16_t* a_base = p.a;
-  if constexpr (kPartials) {
-    const int kt_first = static_cast<int>(blockIdx.z) * p.split_tiles;
-    k_tiles = min(p.split_tiles, p.k_tiles - kt_first);
-    w_base += static_cast<int64_t>(kt_first) * kTileBytes;
-    a_base += static_cast<int64_t>(kt_first) * kKTile;
-  }
   // This warp's k-tiles: warp, warp + kWarps, ... below k_tiles (none when k_tiles <= warp).
-  const int tiles = warp_tiles(k_tiles, warp);
+  const int tiles = warp_tiles(p.k_tiles, warp);
   uint8_t* ring = smem + static_cast<size_t>(warp) * L::kCount * L::kStageBytes;
 
   // Copies k-tile kt of the weights / the activations into stage `stage` of this warp's ring (rows
@@ -180,45 +161,45 @@ __global__ void __launch_bounds__(kThreads, (Stages<kFp8, MT, NT>::kMinBlocks)) 
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
   EpilogueInputs inputs[WarpItems<MT, NT>::kCount];
-  reduce_warps_and_store<MT, NT, kPartials, false>(acc, smem, p.epilogue, p.partials, m0, n0, inputs);
+  reduce_warps_and_store<MT, NT, false>(acc, smem, p.epilogue, m0, n0, inputs);
 }
 
-// The "deep" pipeline for m <= 16 (GemmContext::mma_pipeline = kDeep): the same work split, k-tile
+// The "deep" pipeline for m <= 16: the same work split, k-tile
 // order and reduction as gemm_mma_kernel<kFp8, 1, NT> (so the same bits), but only the weights go
 // through shared memory, in a ring of DeepStages::kCount stages per warp, and each thread loads its
 // activation fragments for the next k-tile straight into registers (L2 hits). With no activation
 // tiles in the ring, the same shared memory holds two to three times the weight bytes in flight.
 // kSolo: the layout for a grid of at most one CTA per SM (launch_deep picks it), which then takes
 // the whole shared memory for its ring instead of half.
-// The ring's stage count: what fits in the CTA's share of shared memory, 2 to 8. kLean (solo only):
-// at most 186 KB, so that a 36 KB attention CTA fits beside it on the SM (and can start its work
-// before the PDL wait while this kernel still streams).
+// The ring's stage count: what fits in the CTA's share of shared memory, 2 to 8. The solo layout
+// keeps to 186 KB, so that an attention CTA fits beside it on the SM (and can start its work before
+// the PDL wait while this kernel still streams).
 constexpr int deep_cta_stage_bytes(bool fp8, int nt) { return kWarps * nt * 8 * (fp8 ? kKTile : kKTile * 2 + 16); }
 // Two CTAs per SM when each can still keep >= 3 stages (2 in flight), else one with more.
 constexpr int deep_min_blocks(bool fp8, int nt, bool solo) {
   return !solo && (110 * 1024) / deep_cta_stage_bytes(fp8, nt) >= 3 ? 2 : 1;
 }
-constexpr int deep_stage_count(bool fp8, int nt, bool solo, bool lean) {
-  const int budget = deep_min_blocks(fp8, nt, solo) == 2 ? 110 * 1024 : (lean ? 186 * 1024 : 220 * 1024);
+constexpr int deep_stage_count(bool fp8, int nt, bool solo) {
+  const int budget = deep_min_blocks(fp8, nt, solo) == 2 ? 110 * 1024 : (solo ? 186 * 1024 : 220 * 1024);
   const int fit = budget / deep_cta_stage_bytes(fp8, nt);
   return fit > 8 ? 8 : (fit < 2 ? 2 : fit);
 }
 
-template <bool kFp8, int NT, bool kSolo = false, bool kLean = false>
+template <bool kFp8, int NT, bool kSolo = false>
 struct DeepStages {
   static constexpr int kWeightRowBytes = kFp8 ? kKTile : kKTile * 2 + 16;  // bf16 rows padded
   static constexpr int kStageBytes = NT * 8 * kWeightRowBytes;
   static constexpr int kCtaStage = kWarps * kStageBytes;
   static constexpr int kMinBlocks = deep_min_blocks(kFp8, NT, kSolo);
-  static constexpr int kCount = deep_stage_count(kFp8, NT, kSolo, kLean);
+  static constexpr int kCount = deep_stage_count(kFp8, NT, kSolo);
   static constexpr size_t kSmem = static_cast<size_t>(kCtaStage) * kCount;
   static constexpr size_t kReduceSmem = reduce_smem_bytes(1, NT);
   static constexpr size_t kTotalSmem = kSmem > kReduceSmem ? kSmem : kReduceSmem;
 };
 
-template <bool kFp8, int NT, bool kSolo, bool kLean = false>
-__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
-  using L = DeepStages<kFp8, NT, kSolo, kLean>;
+template <bool kFp8, int NT, bool kSolo>
+__global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBlocks)) gemm_mma_deep_kernel(MmaParams p) {
+  using L = DeepStages<kFp8, NT, kSolo>;
   constexpr int S = L::kCount;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -227,10 +208,9 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
   const int64_t n0 = p.n_begin + static_cast<int64_t>(blockIdx.y) * NT * 8;
   const int tiles = warp_tiles(p.k_tiles, warp);
   uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
-  // The first call of any thread signals for the whole CTA; later calls change nothing.
-  if (p.trigger == GemmTrigger::kStart) pdl_launch_dependents();
-  // kLastIssue: at the iteration after this warp's last weight copy (its main loop's start when it
-  // has no more than S - 1 k-tiles).
+  // The next kernel of a PDL chain may be scheduled at the iteration after this warp's last weight
+  // copy (its main loop's start when it has no more than S - 1 k-tiles); the first call of any
+  // thread signals for the whole CTA, later calls change nothing.
   const int last_issue = max(tiles - (S - 1), 0);
   const uint16_t* rows[2];
   activation_rows(rows, p.a, p.lda, m0, p.m, g, t);
@@ -260,9 +240,7 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
   pdl_wait();
   load_item_inputs<1, NT, false, true>(inputs, p.epilogue, m0, n0);
   // The next k-tile's activations are loaded at the top of each iteration and land while this
-  // one waits for its weights and computes. (Loading 2-3 tiles ahead in an unrolled register ring
-  // was measured 2-10 % slower on an H200, and 3 or 7 ahead in the solo layout 10-20 % slower in
-  // the forward: docs/benchmarks.md.)
+  // one waits for its weights and computes (loading further ahead lost: docs/benchmarks.md).
   uint4 a_now[2][2], a_next[2][2];
   if (tiles > 0) load_activations(a_now, warp);
   for (int i = 0; i < tiles; ++i) {
@@ -271,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
     __syncwarp();            // ... for every lane, and stage i-1 is no longer read
     if (i + S - 1 < tiles) issue_weights(i + S - 1);
     cp_async_commit();
-    if (p.trigger == GemmTrigger::kLastIssue && i == last_issue) pdl_launch_dependents();
+    if (i == last_issue) pdl_launch_dependents();
     mma_k_tile<kFp8, NT>(acc[0], a_now, ring + (i % S) * L::kStageBytes, L::kWeightRowBytes, g, t);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -279,72 +257,47 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo, kLean>:
       a_now[h][1] = a_next[h][1];
     }
   }
-  // The next kernel may be scheduled from here on (GemmTrigger::kLoopEnd; a no-op where an earlier
-  // trigger ran).
+  // For a warp without k-tiles; a no-op where the trigger above ran.
   pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();  // the rings become the reduction buffer
-  reduce_warps_and_store<1, NT, false, true>(acc, smem, p.epilogue, p.partials, m0, n0, inputs);
-}
-
-// Split-K second pass: one warp per (row, 32-column block) adds the splits' partials in split
-// order 0..S-1 and runs the same epilogue as the mma kernel (same 32-column warp layout, so the
-// SwiGLU pairs and argmax blocks line up identically).
-__global__ void __launch_bounds__(kThreads) gemm_splitk_reduce_kernel(const float* partials, int splits,
-                                                                     EpilogueArgs e) {
-  pdl_launch_dependents();
-  pdl_wait();
-  const int64_t col_blocks = (e.n + kColumns - 1) / kColumns;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (item >= e.m * col_blocks) return;  // uniform per warp: the epilogue's shuffles see full warps
-  const int64_t row = item / col_blocks;
-  const int64_t col_block = (item % col_blocks) * kColumns;
-  const int64_t col = col_block + (threadIdx.x & 31);
-  float v = 0.0f;
-  if (col < e.n) {
-    const float* p = partials + row * e.n + col;
-    const int64_t split_stride = e.m * e.n;
-    v = p[0];
-    for (int s = 1; s < splits; ++s) v = __fadd_rn(v, p[s * split_stride]);
-  }
-  epilogue_warp(e, row, col_block, v);
+  reduce_warps_and_store<1, NT, true>(acc, smem, p.epilogue, m0, n0, inputs);
 }
 
 // Once per instantiation and process, before its first launch (never inside a graph capture when
 // prepare_gemm_kernels() ran at construction).
-template <bool kFp8, int MT, int NT, bool kPartials = false>
+template <bool kFp8, int MT, int NT>
 void prepare() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT, NT, kPartials>,
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<kFp8, MT, NT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(Stages<kFp8, MT, NT>::kTotalSmem)));
   });
 }
 
-// splits = 1 and kPartials = false: the kMma launch.
-template <bool kFp8, int MT, int NT, bool kPartials = false>
-void launch(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, int64_t n, int splits = 1) {
-  prepare<kFp8, MT, NT, kPartials>();
+// The 64-row-tile launch (m > 16).
+template <bool kFp8, int MT, int NT>
+void launch(cudaStream_t stream, bool pdl, const MmaParams& params, int64_t m, int64_t n) {
+  prepare<kFp8, MT, NT>();
   const int64_t m_blocks = (m + MT * 16 - 1) / (MT * 16);
   const int64_t n_blocks = (n + NT * 8 - 1) / (NT * 8);
-  if (m_blocks > 0x7fffffff || n_blocks > 65535 || splits < 1 || splits > 65535) {
-    throw internal_error("gemm mma: grid too large (m " + std::to_string(m) + ", n " + std::to_string(n) +
-                         ", splits " + std::to_string(splits) + ")");
+  if (m_blocks > 0x7fffffff || n_blocks > 65535) {
+    throw internal_error("gemm mma: grid too large (m " + std::to_string(m) + ", n " + std::to_string(n) + ")");
   }
   // m-blocks vary fastest, so the CTAs that read the same weights run together (L2 reuse).
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks), static_cast<unsigned>(splits));
-  launch_kernel(kPartials ? "gemm_mma_kernel (split-K partials)" : "gemm_mma_kernel", gemm_mma_kernel<kFp8, MT, NT, kPartials>,
-                grid, dim3(kThreads), Stages<kFp8, MT, NT>::kTotalSmem, stream, pdl, params);
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks), 1);
+  launch_kernel("gemm_mma_kernel", gemm_mma_kernel<kFp8, MT, NT>, grid, dim3(kThreads), Stages<kFp8, MT, NT>::kTotalSmem,
+                stream, pdl, params);
 }
 
-template <bool kFp8, int NT, bool kSolo, bool kLean = false>
+template <bool kFp8, int NT, bool kSolo>
 void prepare_deep() {
   static std::once_flag once;
   std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT, kSolo, kLean>,
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_deep_kernel<kFp8, NT, kSolo>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(DeepStages<kFp8, NT, kSolo, kLean>::kTotalSmem)));
+                                           static_cast<int>(DeepStages<kFp8, NT, kSolo>::kTotalSmem)));
   });
 }
 // Whether NT has a distinct solo layout (widths that fit two CTAs per SM; wider ones are solo anyway).
@@ -360,15 +313,6 @@ void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const M
   const dim3 grid(1, static_cast<unsigned>(n_blocks), 1);
   if constexpr (kHasSolo<kFp8, NT>) {
     if (solo && sm_count > 0 && n_blocks <= sm_count) {
-      // The lean layout where it differs (E4M3 at 64 columns and bf16 at 32: 5 stages instead of 6).
-      if constexpr (deep_stage_count(kFp8, NT, true, true) != deep_stage_count(kFp8, NT, true, false)) {
-        if (params.lean_solo) {
-          prepare_deep<kFp8, NT, true, true>();
-          launch_kernel("gemm_mma_deep_kernel (solo, lean)", gemm_mma_deep_kernel<kFp8, NT, true, true>, grid,
-                        dim3(kThreads), DeepStages<kFp8, NT, true, true>::kTotalSmem, stream, pdl, params);
-          return;
-        }
-      }
       prepare_deep<kFp8, NT, true>();
       launch_kernel("gemm_mma_deep_kernel (solo)", gemm_mma_deep_kernel<kFp8, NT, true>, grid, dim3(kThreads),
                     DeepStages<kFp8, NT, true>::kTotalSmem, stream, pdl, params);
@@ -377,28 +321,24 @@ void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const M
   }
   prepare_deep<kFp8, NT, false>();
   launch_kernel("gemm_mma_deep_kernel", gemm_mma_deep_kernel<kFp8, NT, false>, grid, dim3(kThreads),
-                DeepStages<kFp8, NT>::kTotalSmem, stream, pdl, params);
+                DeepStages<kFp8, NT, false>::kTotalSmem, stream, pdl, params);
 }
 
-// The m <= 16 launch with the CTA width of `columns` (32, 64, 96 or 128; bf16 weights at most 64)
-// and the chosen pipeline.
+// The m <= 16 launch with the CTA width of `columns` (32, 64, 96 or 128; bf16 weights at most 64).
 template <bool kFp8>
-void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, bool pdl, int sm_count,
-                    const MmaParams& params, int64_t m, int64_t n) {
-  const bool deep = pipeline != GemmPipeline::kRing;
-  const bool solo = pipeline == GemmPipeline::kDeep;
+void launch_small_m(int columns, cudaStream_t stream, bool pdl, int sm_count, const MmaParams& params, int64_t n) {
   if constexpr (kFp8) {
     if (columns == 128) {
-      if (deep) launch_deep<kFp8, 16>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 16>(stream, pdl, params, m, n);
+      launch_deep<kFp8, 16>(stream, pdl, true, sm_count, params, n);
       return;
     }
-    if (columns == 96) {  // deep whichever pipeline is asked: the ring's stages would not fit
-      launch_deep<kFp8, 12>(stream, pdl, solo, sm_count, params, n);
+    if (columns == 96) {
+      launch_deep<kFp8, 12>(stream, pdl, true, sm_count, params, n);
       return;
     }
   }
   if (columns >= 64) {
-    if (deep && solo && sm_count > 0 && deep_min_blocks(kFp8, 8, false) == 2) {
+    if (sm_count > 0 && deep_min_blocks(kFp8, 8, false) == 2) {
       // Wave split: 64-column CTAs run two per SM; when their count leaves a last wave of at most
       // one CTA per SM (gate|up on 132 SMs: 384 = 264 + 120), that wave would stream with half
       // the bytes in flight. Its columns go to a second launch of 32-column CTAs instead, two per
@@ -413,9 +353,9 @@ void launch_small_m(int columns, GemmPipeline pipeline, cudaStream_t stream, boo
         return;
       }
     }
-    if (deep) launch_deep<kFp8, 8>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 8>(stream, pdl, params, m, n);
+    launch_deep<kFp8, 8>(stream, pdl, true, sm_count, params, n);
   } else {
-    if (deep) launch_deep<kFp8, 4>(stream, pdl, solo, sm_count, params, n); else launch<kFp8, 1, 4>(stream, pdl, params, m, n);
+    launch_deep<kFp8, 4>(stream, pdl, true, sm_count, params, n);
   }
 }
 
@@ -431,19 +371,17 @@ void launch_large_m(int columns, cudaStream_t stream, bool pdl, const MmaParams&
   launch<kFp8, 4, 4>(stream, pdl, params, m, n);
 }
 
+// The operand layout of the kernels above: w.k_pad a multiple of 64, lda a multiple of 8 and >=
+// w.k_pad, A and the weights 16-byte aligned.
 void check_mma_operands(const char* who, const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
-  if (!gemm_mma_operands_fit(a, lda, w)) {
+  if (w.k_pad % kKTile != 0 || lda % 8 != 0 || lda < w.k_pad || (reinterpret_cast<uintptr_t>(a) & 15) != 0 ||
+      (reinterpret_cast<uintptr_t>(w.data) & 15) != 0) {
     throw internal_error(std::string(who) + ": operands not padded/aligned (k_pad " + std::to_string(w.k_pad) +
                          ", lda " + std::to_string(lda) + ")");
   }
 }
 
 }  // namespace
-
-bool gemm_mma_operands_fit(const uint16_t* a, int64_t lda, const DeviceMatrixView& w) {
-  return w.k_pad % kKTile == 0 && lda % 8 == 0 && lda >= w.k_pad && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
-         (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
-}
 
 int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
   if (format != WeightFormat::kE4M3) return 32;
@@ -464,10 +402,8 @@ int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, i
   // auto, 32 or 64: the SM with the most CTAs sets the time, and it streams (CTAs on it) x (CTA
   // width) weight rows; take the width with the least. On a tie E4M3 weights take the wider one (it
   // fetches the activations from L2 half as often), bf16 weights the narrower one (twice the bytes
-  // per row: two CTAs per SM keep more of them in flight). Measured on an H200
-  // (docs/benchmarks.md): E4M3 q|k|v 64, o and down 32, gate|up and lm_head 64; bf16 32 on every
-  // shape. 96 and 128 stay levers: one CTA per SM, slower at every shape but gate|up (96, within
-  // noise).
+  // per row: two CTAs per SM keep more of them in flight). 96 and 128 columns (one CTA per SM) are
+  // levers only (docs/benchmarks.md).
   const int64_t sms = sm_count > 0 ? sm_count : 1;
   const bool wider_on_tie = format == WeightFormat::kE4M3;
   int best = 32;
@@ -483,51 +419,19 @@ int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, i
   return best;
 }
 
-// Enough CTAs for a batch-1 GEMM (one 16-row block) to give each of ~132 SMs about 4 (two waves
-// of the two co-resident MT = 1 CTAs per SM): the weights stream at full bandwidth only with many
-// k-tiles in flight on every SM at once. The drafter's narrow GEMMs reach this target long before
-// their splits get short (q|k|v, o, down, fc: 4 splits of 16-48 k-tiles; context k|v: 8 of 8).
-constexpr int64_t kSplitTargetCtas = 512;
-constexpr int kMaxSplits = 8;  // bounds the partials' extra traffic (rows · n · splits · 8 bytes)
-
-static int64_t split_tiles_of(int64_t k_tiles, int splits) { return (k_tiles + splits - 1) / splits; }
-
-int gemm_split_count(int64_t n, int64_t k_pad) {
-  if (n < 1 || k_pad < kKTile || k_pad % kKTile != 0) return 1;
-  const int64_t n_blocks = (n + kColumns - 1) / kColumns;
-  const int64_t k_tiles = k_pad / kKTile;
-  // The smallest power of two that reaches the CTA target, at most kMaxSplits and k_tiles.
-  int splits = 1;
-  while (n_blocks * splits < kSplitTargetCtas && splits * 2 <= kMaxSplits && splits * 2 <= k_tiles) splits *= 2;
-  // Splits of ceil(k_tiles / splits) tiles; drop the empty ones at the end (e.g. 10 tiles in 8
-  // splits of 2 is 5 splits). Recomputing the tile count from the result gives the same ceil.
-  return static_cast<int>((k_tiles + split_tiles_of(k_tiles, splits) - 1) / split_tiles_of(k_tiles, splits));
-}
-
 void prepare_gemm_kernels() {
-  prepare<true, 1, 4>();
-  prepare<true, 1, 8>();
-  prepare<true, 1, 16>();
   prepare<true, 4, 4>();
   prepare<true, 4, 8>();
-  prepare<false, 1, 4>();
-  prepare<false, 1, 8>();
   prepare<false, 4, 4>();
   prepare_deep<true, 4, false>();
   prepare_deep<true, 4, true>();
   prepare_deep<true, 8, false>();
   prepare_deep<true, 8, true>();
-  prepare_deep<true, 8, true, true>();
   prepare_deep<true, 12, false>();
   prepare_deep<true, 16, false>();
   prepare_deep<false, 4, false>();
   prepare_deep<false, 4, true>();
-  prepare_deep<false, 4, true, true>();
   prepare_deep<false, 8, false>();
-  prepare<true, 1, 4, true>();
-  prepare<true, 4, 4, true>();
-  prepare<false, 1, 4, true>();
-  prepare<false, 4, 4, true>();
 }
 
 void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
@@ -542,82 +446,16 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   p.ldw_bytes = w.k_pad * (fp8 ? 1 : 2);
   p.k_tiles = static_cast<int>(w.k_pad / kKTile);
   p.epilogue = make_epilogue_args(w, m, epilogue);
-  p.split_tiles = p.k_tiles;
-  p.partials = nullptr;
-  p.trigger = ctx.mma_trigger;
-  p.lean_solo = ctx.mma_lean_solo;
   const int columns = gemm_mma_columns(ctx.mma_columns, m, w.n, w.format, ctx.sm_count);
   if (fp8) {
     if (m <= 16) {
-      launch_small_m<true>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n);
+      launch_small_m<true>(columns, ctx.stream, ctx.pdl, ctx.sm_count, p, w.n);
     } else {
       launch_large_m<true>(gemm_mma_columns_m64(ctx.mma_columns_m64, m, w.n, w.format, ctx.sm_count), ctx.stream, ctx.pdl, p,
                            m, w.n);
     }
   } else {
-    if (m <= 16) launch_small_m<false>(columns, ctx.mma_pipeline, ctx.stream, ctx.pdl, ctx.sm_count, p, m, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
-  }
-}
-
-// Rows [row0, row0 + rows) of the epilogue's outputs: every output pointer moves by row0 rows.
-static GemmEpilogue epilogue_rows(const GemmEpilogue& ep, int64_t row0) {
-  GemmEpilogue r = ep;
-  if (r.out != nullptr) r.out += row0 * r.ld_out;
-  if (r.residual != nullptr) r.residual += row0 * r.ld_residual;
-  if (r.swiglu_out != nullptr) r.swiglu_out += row0 * r.ld_swiglu;
-  if (r.argmax_value != nullptr) r.argmax_value += row0 * r.ld_argmax;
-  if (r.argmax_index != nullptr) r.argmax_index += row0 * r.ld_argmax;
-  return r;
-}
-
-void launch_gemm_mma_splitk(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                            const GemmEpilogue& epilogue, float* partials, size_t capacity) {
-  cudaStream_t stream = ctx.stream;
-  check_mma_operands("gemm mma-splitk", a, lda, w);
-  const int splits = gemm_split_count(w.n, w.k_pad);
-  const int k_tiles = static_cast<int>(w.k_pad / kKTile);
-  // Every split non-empty (gemm_split_count drops empty ones), checked so that a future rule cannot
-  // break it silently: a split past k would leave its partials unwritten.
-  const int split_tiles = static_cast<int>(split_tiles_of(k_tiles, splits));
-  if (splits < 2 || static_cast<int64_t>(split_tiles) * (splits - 1) >= k_tiles) {
-    throw internal_error("gemm mma-splitk: " + std::to_string(splits) + " splits of " + std::to_string(split_tiles) +
-                         " k-tiles do not cover " + std::to_string(k_tiles) + " k-tiles");
-  }
-  // Rows per pass: all m when the scratch holds them, else the most it holds (a multiple of 64,
-  // the MT = 4 row block, when that is at least 64). Rows are independent, so chunking changes
-  // which rows share a launch, never any element's reduction order.
-  const int64_t row_floats = w.n * splits;
-  int64_t chunk = static_cast<int64_t>(capacity) / row_floats;
-  if (chunk < 1) {
-    throw internal_error("gemm mma-splitk: scratch of " + std::to_string(capacity) + " floats is short of one row (" +
-                         std::to_string(w.n) + " columns x " + std::to_string(splits) + " splits)");
-  }
-  if (chunk < m && chunk >= 64) chunk = chunk / 64 * 64;
-  const bool fp8 = w.format == WeightFormat::kE4M3;
-  const int64_t col_blocks = (w.n + kColumns - 1) / kColumns;
-  for (int64_t row0 = 0; row0 < m; row0 += chunk) {
-    const int64_t rows = std::min(chunk, m - row0);
-    MmaParams p;
-    p.a = a + row0 * lda;
-    p.lda = lda;
-    p.m = rows;
-    p.w = static_cast<const uint8_t*>(w.data);
-    p.ldw_bytes = w.k_pad * (fp8 ? 1 : 2);
-    p.k_tiles = k_tiles;
-    p.epilogue = make_epilogue_args(w, rows, epilogue_rows(epilogue, row0));
-    p.split_tiles = split_tiles;
-    p.partials = partials;
-    // The partial pass keeps 32-column CTAs: split-K exists to multiply the CTAs of narrow N.
-    if (fp8) {
-      if (rows <= 16) launch<true, 1, 4, true>(stream, ctx.pdl, p, rows, w.n, splits); else launch<true, 4, 4, true>(stream, ctx.pdl, p, rows, w.n, splits);
-    } else {
-      if (rows <= 16) launch<false, 1, 4, true>(stream, ctx.pdl, p, rows, w.n, splits); else launch<false, 4, 4, true>(stream, ctx.pdl, p, rows, w.n, splits);
-    }
-    const int64_t warps = rows * col_blocks;
-    const int64_t blocks = (warps + kWarps - 1) / kWarps;
-    if (blocks > 0x7fffffff) throw internal_error("gemm mma-splitk: reduce grid too large (m " + std::to_string(m) + ")");
-    launch_kernel("gemm_splitk_reduce_kernel", gemm_splitk_reduce_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                  0, stream, ctx.pdl, static_cast<const float*>(partials), splits, p.epilogue);
+    if (m <= 16) launch_small_m<false>(columns, ctx.stream, ctx.pdl, ctx.sm_count, p, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   }
 }
 

@@ -1,4 +1,4 @@
-// The building blocks of the weight-only tensor-core GEMMs (gemm_mma.cu, layer_chain.cu): the
+// The building blocks of the weight-only tensor-core GEMM kernels (gemm_mma.cu): the
 // cp.async copies, the exact E4M3 -> bf16 decode, one k-tile of mma.sync steps, the weight-tile
 // copy, and the cross-warp reduction with its epilogue. Every kernel that reduces an output element
 // with these pieces, the same k-tiles per warp and the same warp order, gets the same bits
@@ -16,7 +16,7 @@ namespace gemm_tiles {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kColumns = 32;            // columns of the split-K second pass's warp (and the epilogue's)
+constexpr int kColumns = 32;            // columns of one warp's epilogue item
 constexpr int kKTile = 64;              // k per pipeline stage (4 mma k-steps of 16)
 constexpr int kARowBytes = kKTile * 2 + 16;  // one activation row of a stage, padded (no bank conflicts)
 
@@ -90,16 +90,14 @@ __device__ __forceinline__ void activation_rows(const uint16_t* (&rows)[2], cons
 #pragma unroll
   for (int h = 0; h < 2; ++h) rows[h] = m0 + g + 8 * h < m ? a + (m0 + g + 8 * h) * lda + 16 * t : nullptr;
 }
-// This thread's activation fragments of k-tile kt, straight into registers. kThroughL2:
-// ld.global.cg, for activations that other CTAs of the same kernel wrote (the layer chain).
-template <bool kThroughL2 = false>
+// This thread's activation fragments of k-tile kt, straight into registers.
 __device__ __forceinline__ void load_activation_fragments(uint4 (&a)[2][2], const uint16_t* const (&rows)[2], int kt) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (rows[h] != nullptr) {
       const uint4* src = reinterpret_cast<const uint4*>(rows[h] + static_cast<int64_t>(kt) * kKTile);
-      a[h][0] = kThroughL2 ? __ldcg(src) : src[0];
-      a[h][1] = kThroughL2 ? __ldcg(src + 1) : src[1];
+      a[h][0] = src[0];
+      a[h][1] = src[1];
     } else {
       a[h][0] = a[h][1] = make_uint4(0u, 0u, 0u, 0u);
     }
@@ -178,8 +176,8 @@ struct WarpItems {
 };
 
 // Each of this warp's items' epilogue inputs (gemm_epilogue.cuh), for this lane's column: the
-// weights' part (kConstants) and / or the residual (kResidual; through L2 with kResidualL2).
-template <int MT, int NT, bool kConstants, bool kResidual, bool kResidualL2 = false>
+// weights' part (kConstants) and / or the residual (kResidual).
+template <int MT, int NT, bool kConstants, bool kResidual>
 __device__ __forceinline__ void load_item_inputs(EpilogueInputs (&in)[WarpItems<MT, NT>::kCount], const EpilogueArgs& e,
                                                  int64_t m0, int64_t n0) {
   using Items = WarpItems<MT, NT>;
@@ -188,17 +186,16 @@ __device__ __forceinline__ void load_item_inputs(EpilogueInputs (&in)[WarpItems<
   for (int j = 0; j < Items::kCount; ++j) {
     const int64_t row = m0 + Items::row(j), col = n0 + Items::column_block(j) + lane;
     if constexpr (kConstants) load_epilogue_constants(e, row, col, in[j]);
-    if constexpr (kResidual) load_epilogue_residual<kResidualL2>(e, row, col, in[j]);
+    if constexpr (kResidual) load_epilogue_residual(e, row, col, in[j]);
   }
 }
 
 // The 8 warps' partial sums added in warp order through shared memory (`smem`, free again after a
-// __syncthreads), then each warp runs the epilogue of its items or stores split-K partials. With
-// kLoaded the items' inputs are already in `in`; otherwise they are loaded here, while the other
-// warps store their sums.
-template <int MT, int NT, bool kPartials, bool kLoaded>
+// __syncthreads), then each warp runs the epilogue of its items. With kLoaded the items' inputs
+// are already in `in`; otherwise they are loaded here, while the other warps store their sums.
+template <int MT, int NT, bool kLoaded>
 __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], uint8_t* smem, const EpilogueArgs& e,
-                                                       float* partials, int64_t m0, int64_t n0,
+                                                       int64_t m0, int64_t n0,
                                                        EpilogueInputs (&in)[WarpItems<MT, NT>::kCount]) {
   using Items = WarpItems<MT, NT>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -215,7 +212,7 @@ __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], 
         const int c = nt * 8 + 2 * t + (e & 1);
         reduce_buffer[(warp * MT * 16 + r) * kStride + c] = acc[mt][nt][e];
       }
-  if constexpr (!kPartials && !kLoaded) load_item_inputs<MT, NT, true, true>(in, e, m0, n0);
+  if constexpr (!kLoaded) load_item_inputs<MT, NT, true, true>(in, e, m0, n0);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < Items::kCount; ++j) {
@@ -226,14 +223,7 @@ __device__ __forceinline__ void reduce_warps_and_store(float (&acc)[MT][NT][4], 
     float v = reduce_buffer[r * kStride + c];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, reduce_buffer[(w * MT * 16 + r) * kStride + c]);
-    if constexpr (kPartials) {
-      const int64_t row = m0 + r, col = n0 + c;
-      if (row < e.m && col < e.n) {
-        partials[(static_cast<int64_t>(blockIdx.z) * e.m + row) * e.n + col] = v;
-      }
-    } else {
-      epilogue_warp_loaded(e, m0 + r, n0 + c - lane, v, in[j]);
-    }
+    epilogue_warp_loaded(e, m0 + r, n0 + c - lane, v, in[j]);
   }
 }
 

@@ -1,23 +1,19 @@
 #include "cuda/kernel_plan.h"
 
-#include <algorithm>
 #include <initializer_list>
 #include <string>
 
 #include "core/error.h"
-#include "core/parse_number.h"
 
 namespace dflash {
 namespace {
 
 GemmKernel parse_gemm(const std::string& stage, const std::string& value) {
-  if (value == "mma" || value == "auto" || value == "small-m" || value == "fp8-small-m" || value == "bf16-small-m") {
-    return GemmKernel::kMma;
-  }
-  if (value == "cublaslt" || value == "cublas") return GemmKernel::kCublasLt;
-  if (value == "simple") return GemmKernel::kSimple;
-  if (value == "mma-splitk") return GemmKernel::kMmaSplitK;
-  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (mma, mma-splitk, cublaslt, simple)");
+  if (value == "auto" || value == "small-m" || value == "fp8-small-m" || value == "bf16-small-m") return GemmKernel::kMma;
+  if (value == "cublas") return GemmKernel::kCublasLt;
+  GemmKernel kernel;
+  if (parse_gemm_kernel(value, &kernel)) return kernel;
+  throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a kernel (mma, cublaslt, simple)");
 }
 
 RowKernel parse_row(const std::string& stage, const std::string& value) {
@@ -50,17 +46,6 @@ bool parse_switch(const std::string& stage, const std::string& value, bool auto_
   if (value == "auto") return auto_value;
   if (value == "on" || value == "off") return value == "on";
   throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a setting (auto, on, off)");
-}
-
-// A count lever: "auto" gives 0, else an integer in [lo, hi]; anything else is refused by name.
-int parse_count(const std::string& stage, const std::string& value, int lo, int hi) {
-  if (value == "auto") return 0;
-  int n = 0;
-  if (!parse_whole_int(value, &n) || n < lo || n > hi) {
-    throw bad_input("CUDA kernels: " + stage + "=" + value + " is not a count (auto, or " + std::to_string(lo) + " to " +
-                    std::to_string(hi) + ")");
-  }
-  return n;
 }
 
 }  // namespace
@@ -104,61 +89,12 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.gemm_columns = parse_number(stage, value, {32, 64, 96, 128}, 0, "a width");
     } else if (stage == "gemm_cols_m64") {
       plan.gemm_columns_m64 = parse_number(stage, value, {32, 64}, 0, "a width");
-    } else if (stage == "gemm_pipeline") {
-      if (value == "auto") {
-        plan.gemm_pipeline = KernelPlan{}.gemm_pipeline;
-      } else if (!parse_gemm_pipeline(value, &plan.gemm_pipeline)) {
-        throw bad_input("CUDA kernels: gemm_pipeline=" + value + " is not a pipeline (ring, deep, deep-shared)");
-      }
-    } else if (stage == "gemm_trigger") {
-      if (value == "auto") {
-        plan.gemm_trigger = KernelPlan{}.gemm_trigger;
-      } else if (!parse_gemm_trigger(value, &plan.gemm_trigger)) {
-        throw bad_input("CUDA kernels: gemm_trigger=" + value + " is not a trigger point (loop-end, last-issue, start)");
-      }
-    } else if (stage == "gemm_solo_smem") {
-      if (value == "auto") {
-        plan.gemm_lean_solo = KernelPlan{}.gemm_lean_solo;
-      } else if (value == "full" || value == "lean") {
-        plan.gemm_lean_solo = value == "lean";
-      } else {
-        throw bad_input("CUDA kernels: gemm_solo_smem=" + value + " is not a size (full, lean)");
-      }
-    } else if (stage == "ablate") {
-      plan.ablate.clear();
-      static const std::set<std::string> kAblatable = {"rmsnorm", "qk_norm_rope", "attention", "attention_chunks",
-                                                       "combine", "qkv", "o", "gate_up", "down", "lm_head", "argmax"};
-      size_t begin = 0;
-      while (value != "none" && begin <= value.size()) {
-        const size_t end = std::min(value.find('+', begin), value.size());
-        const std::string kernel = value.substr(begin, end - begin);
-        if (kAblatable.count(kernel) == 0) {
-          throw bad_input("CUDA kernels: ablate=" + value + ": '" + kernel +
-                          "' is not a block-forward kernel (rmsnorm, qk_norm_rope, attention, attention_chunks, combine, "
-                          "qkv, o, gate_up, down, lm_head, argmax; '+' between them, or none)");
-        }
-        plan.ablate.insert(kernel);
-        begin = end + 1;
-      }
-    } else if (stage == "layer_chain") {
-      if (value == "auto") {
-        plan.layer_chain = KernelPlan::Chain::kAuto;
-      } else if (value == "on") {
-        plan.layer_chain = KernelPlan::Chain::kOn;
-      } else if (value == "off") {
-        plan.layer_chain = KernelPlan::Chain::kOff;
-      } else {
-        throw bad_input("CUDA kernels: layer_chain=" + value + " is not a setting (auto, on, off)");
-      }
-    } else if (stage == "layer_chain_ctas") {
-      plan.layer_chain_ctas = parse_count(stage, value, 1, 1024);
-    } else if (stage == "layer_chain_lm_head") {
-      plan.layer_chain_lm_head = parse_switch(stage, value, KernelPlan{}.layer_chain_lm_head);
     } else if (stage == "pdl") {
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_pipeline, gemm_trigger, gemm_solo_smem, pdl, layer_chain, layer_chain_ctas, layer_chain_lm_head, ablate)");
+                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, "
+                      "gemm_cols, gemm_cols_m64, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -172,10 +108,6 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   std::vector<std::pair<std::string, std::string>> d;
   std::string gemm = gemm_kernel_name(plan.block_gemm);
   if (plan.block_gemm == GemmKernel::kMma) gemm += fp8 ? " (weight-only E4M3, tensor cores)" : " (bf16 weights, tensor cores)";
-  if (plan.block_gemm == GemmKernel::kMmaSplitK) {
-    gemm += fp8 ? " (weight-only E4M3, tensor cores, K split across CTAs for narrow N)"
-                : " (bf16 weights, tensor cores, K split across CTAs for narrow N)";
-  }
   if (plan.block_gemm == GemmKernel::kCublasLt && fp8) gemm += " (E4M3 codes as exact bf16 copies, scale in the epilogue)";
   d.emplace_back("kernel.gemm", gemm);
   if (plan.ctx_gemm_auto) {
@@ -198,37 +130,7 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
                                          "fewest bytes per k-tile)"
                                        : "auto (m > 16: 32 columns per CTA for bf16 weights)")
                      : std::to_string(plan.gemm_columns_m64) + " (m > 16: 64-row tiles)");
-  const char* pipeline_text = "";
-  switch (plan.gemm_pipeline) {
-    case GemmPipeline::kRing: pipeline_text = "ring (weights and activations through a shared-memory ring)"; break;
-    case GemmPipeline::kDeep:
-      pipeline_text = "deep (m <= 16: weights through a deep shared-memory ring, activations in registers; "
-                      "the whole shared memory for the ring where the grid has at most one CTA per SM; a "
-                      "last wave of one 64-column CTA per SM split off to 32-column CTAs)";
-      break;
-    case GemmPipeline::kDeepShared:
-      pipeline_text = "deep-shared (deep with the ring sized for two CTAs per SM even where the grid has one, "
-                      "and no wave split)";
-      break;
-  }
-  d.emplace_back("kernel.gemm_pipeline", pipeline_text);
-  d.emplace_back("kernel.gemm_trigger", std::string(gemm_trigger_name(plan.gemm_trigger)) +
-                                            " (deep pipeline: where its CTAs let the next kernel be scheduled)");
-  d.emplace_back("kernel.gemm_solo_smem", plan.gemm_lean_solo ? "lean (at most 186 KB: an attention CTA fits beside it)"
-                                                              : "full (up to 220 KB)");
   d.emplace_back("kernel.pdl", plan.pdl ? "on (block forward)" : "off");
-  if (!plan.layer_chain_resolved.empty()) {
-    d.emplace_back("kernel.layer_chain", plan.layer_chain_resolved);
-  } else {
-    d.emplace_back("kernel.layer_chain", plan.layer_chain == KernelPlan::Chain::kOff  ? "off"
-                                         : plan.layer_chain == KernelPlan::Chain::kOn ? "on"
-                                                                                      : "auto");
-  }
-  if (!plan.ablate.empty()) {
-    std::string list;
-    for (const std::string& k : plan.ablate) list += (list.empty() ? "" : "+") + k;
-    d.emplace_back("kernel.ablate", list + " NOT LAUNCHED: timing only, the outputs are wrong");
-  }
   std::string fallbacks;
   for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;
   d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);

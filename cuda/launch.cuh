@@ -63,16 +63,4 @@ void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 
                                         std::forward<Args>(args)...);
 }
 
-// The same as a cooperative launch: every CTA resident at once, or the launch fails (for kernels
-// with grid barriers that are not guaranteed residency otherwise).
-template <typename... Params, typename... Args>
-void launch_cooperative_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  launch_detail::launch_with_attributes(what, kernel, grid, block, smem, stream, attribute, 1u,
-                                        std::forward<Args>(args)...);
-}
-
 }  // namespace dflash

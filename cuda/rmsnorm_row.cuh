@@ -1,5 +1,6 @@
-// One RMSNorm row in the tuned order, shared by the RMSNorm kernel (elementwise.cu: 512 threads
-// per row) and the layer chain (layer_chain.cu: 256 threads), so that both give the same bits.
+// One RMSNorm row in the tuned order, as the RMSNorm kernel (elementwise.cu: 512 threads per row)
+// computes it; a kernel with fewer threads per row that plays the same virtual threads gets the
+// same bits.
 //
 // The order: 512 "virtual" threads; virtual thread v holds the row's float4s v, v + 512, ... (at
 // most kMaxVecs), sums their squares in that order with fmaf (x, y, z, w), the 16 virtual

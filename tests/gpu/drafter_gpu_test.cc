@@ -4,23 +4,28 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/stages.h"
 #include "cuda/cuda_drafter.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_drafter_debug.h"
 #include "cuda/cuda_drafter_impl.h"
-#include "cuda/layer_chain.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {
 
-RandomGeometry small_geometry(int head_dim) {
-  RandomGeometry g;
+DrafterGeometry small_geometry(int head_dim) {
+  DrafterGeometry g;
   g.name = "small-d" + std::to_string(head_dim);
   g.hidden = 256, g.layers = 2, g.heads = 4, g.kv_heads = 2, g.head_dim = head_dim, g.intermediate = 384, g.vocab = 1000;
   g.block = 8, g.target_layer_ids = {1, 3}, g.theta = 1e6, g.eps = 1e-6, g.mask_token_id = 7;
@@ -73,12 +78,14 @@ HeadSettings small_settings(Precision precision, uint64_t page_seed = 0) {
 }
 
 // Runs the script; contexts are a function of (seq, first position) so any two drafters see the
-// same inputs. `only` restricts to one sequence (for the batch-invariance comparison).
+// same inputs. `only` restricts to one sequence (for the batch-invariance comparison);
+// after_step(i), when set, runs after step i's propose.
 std::vector<ProposeOutput> run_script(DraftProposer& d, const std::vector<Step>& steps, bool want_taps = false,
-                                      int only = -1) {
+                                      int only = -1, const std::function<void(size_t)>& after_step = nullptr) {
   std::vector<ProposeOutput> all;
   std::map<int, bool> added;
-  for (const Step& step : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
     for (int seq : step.release) {
       if (only < 0 || seq == only) d.release_sequence(seq);
     }
@@ -101,6 +108,7 @@ std::vector<ProposeOutput> run_script(DraftProposer& d, const std::vector<Step>&
     if (batch.empty()) continue;
     d.set_block_g(step.width);
     for (ProposeOutput& out : d.propose(batch, want_taps)) all.push_back(std::move(out));
+    if (after_step) after_step(i);
   }
   return all;
 }
@@ -141,11 +149,11 @@ TEST_P(DrafterGpu, GraphReplayIsBitIdenticalToEager) {
   CudaDrafter with_graphs(c, w, small_settings(GetParam().precision), graphs);
   CudaDrafter without(c, w, small_settings(GetParam().precision), eager);
   expect_bitwise_equal(run_script(with_graphs, script()), run_script(without, script()), "graphs vs eager");
-  EXPECT_TRUE(with_graphs.graph_captured(8, 1));
-  EXPECT_TRUE(with_graphs.graph_captured(8, 2));
-  EXPECT_TRUE(with_graphs.graph_captured(5, 2));
-  EXPECT_TRUE(with_graphs.graph_captured(3, 1));
-  EXPECT_FALSE(without.graph_captured(8, 1));
+  EXPECT_TRUE(drafter_graph_captured(with_graphs, 8, 1));
+  EXPECT_TRUE(drafter_graph_captured(with_graphs, 8, 2));
+  EXPECT_TRUE(drafter_graph_captured(with_graphs, 5, 2));
+  EXPECT_TRUE(drafter_graph_captured(with_graphs, 3, 1));
+  EXPECT_FALSE(drafter_graph_captured(without, 8, 1));
 }
 
 TEST_P(DrafterGpu, BatchPagePermutationAndRunToRunInvariance) {
@@ -176,14 +184,7 @@ TEST_P(DrafterGpu, TapsComeInForwardOrderWithTheirShapesAndChangeNothing) {
   const auto without = run_script(plain, steps);
   const auto with = run_script(tapped, steps, true);
   expect_bitwise_equal(without, with, "taps on vs off");
-  std::vector<std::string> names = {"ctx_proj", "embed"};
-  for (int l = 0; l < c.num_layers; ++l) {
-    for (const char* s : {"attn_norm", "q", "k", "v", "attn", "o_proj", "mlp_norm", "mlp", "out"}) {
-      names.push_back("L" + std::to_string(l) + "." + s);
-    }
-  }
-  names.push_back("final_norm");
-  names.push_back("logits");
+  const std::vector<std::string> names = forward_stage_order(c.num_layers);
   const ProposeOutput& first = with.front();  // step 0: 10 context rows, width 8
   ASSERT_EQ(first.taps.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(first.taps[i].name, names[i]);
@@ -340,10 +341,9 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA widths, pipeline and PDL trigger point, the attention's P·V split, programmatic dependent launch
-  // and the layer chain (off by default: on runs one persistent kernel per layer where it applies)
-  // change only how work is run: the drafter's outputs must be the same bits as the default's, graphs on and off, in
-  // both modes. head_dim 64 and 128 (two P·V passes: the split runs only there).
+  // The GEMM's CTA widths, the attention's P·V split and programmatic dependent launch change only how work is
+  // run: the drafter's outputs must be the same bits as the default's, graphs on and off, in both modes. head_dim 64
+  // and 128 (two P·V passes: the split runs only there).
   for (int head_dim : {64, 128}) {
     const DrafterConfig c = make_config(small_geometry(head_dim));
     const auto w = make_random_weights(c, 12);
@@ -354,10 +354,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         CudaDrafter base(c, w, small_settings(precision), defaults);
         const auto expected = run_script(base, script());
         const std::vector<std::pair<std::string, std::string>> levers = {
-            {"gemm_cols", "32"}, {"gemm_cols", "64"}, {"gemm_cols", "96"}, {"gemm_cols", "128"}, {"gemm_pipeline", "ring"},
-            {"gemm_pipeline", "deep-shared"}, {"gemm_trigger", "loop-end"}, {"gemm_trigger", "start"},
-            {"gemm_solo_smem", "full"}, {"pdl", "off"}, {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
-            {"layer_chain", "off"}, {"layer_chain", "on"}};
+            {"gemm_cols", "32"}, {"gemm_cols", "64"},     {"gemm_cols", "96"},           {"gemm_cols", "128"},
+            {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"}};
         for (const auto& [stage, value] : levers) {
           CudaOptions o = defaults;
           o.kernels[stage] = value;
@@ -371,129 +369,55 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   }
 }
 
-// What the drafter says of its layer chain.
-std::string chain_description(const CudaDrafter& d) {
-  for (const auto& [key, value] : d.describe()) {
-    if (key == "kernel.layer_chain") return value;
-  }
-  return "(not described)";
-}
-
-// A geometry whose GEMMs give each warp several k-tiles per unit (K 1024: 2, K 1536: 3), with a
-// vocabulary that leaves a partial last unit, so the chain's ring wraps within units, across units
-// and across steps; 7 and 3 CTAs run many units each.
-TEST(DrafterGpuLayerChain, ChainLeversChangeNoBitWithSeveralTilesPerWarp) {
-  DFLASH_REQUIRE_GPU();
-  RandomGeometry g = small_geometry(128);
-  g.name = "chain-d128";
-  g.hidden = 1024, g.layers = 3, g.heads = 8, g.kv_heads = 2, g.intermediate = 1536, g.vocab = 4001;
-  const DrafterConfig c = make_config(g);
-  const auto w = make_random_weights(c, 13);
-  for (bool graphs : {true, false}) {
-    CudaOptions off;
-    off.graphs = graphs;
-    off.kernels["layer_chain"] = "off";
-    CudaDrafter separate(c, w, small_settings(Precision::kFp8), off);
-    EXPECT_EQ(chain_description(separate), "off (layer_chain=off)");
-    const auto expected = run_script(separate, script());
-    for (const std::map<std::string, std::string>& kernels : std::vector<std::map<std::string, std::string>>{
-             {{"layer_chain", "on"}},
-             {{"layer_chain", "on"}, {"layer_chain_ctas", "7"}},
-             {{"layer_chain", "on"}, {"layer_chain_ctas", "3"}, {"layer_chain_lm_head", "on"}},
-             {{"layer_chain", "on"}, {"layer_chain_ctas", "1"}},
-             {{"layer_chain", "on"}, {"layer_chain_lm_head", "on"}, {"argmax", "separate"}}}) {
-      CudaOptions o;
-      o.graphs = graphs;
-      o.kernels = kernels;
-      CudaDrafter chained(c, w, small_settings(Precision::kFp8), o);
-      std::string what = graphs ? "graphs" : "eager";
-      for (const auto& [k, v] : kernels) what += " " + k + "=" + v;
-      EXPECT_EQ(chain_description(chained).rfind("on: one persistent kernel", 0), 0u) << what << ": " << chain_description(chained);
-      expect_bitwise_equal(expected, run_script(chained, script()), "layer chain vs separate kernels, " + what);
-    }
-    // Taps through the chain: captured after each chain launch, the same names, order and bits.
-    CudaOptions tapped_off = off, tapped_on = off;
-    tapped_on.kernels = {{"layer_chain", "on"}};
-    CudaDrafter a(c, w, small_settings(Precision::kFp8), tapped_off), b(c, w, small_settings(Precision::kFp8), tapped_on);
-    const auto ta = run_script(a, script(), true), tb = run_script(b, script(), true);
-    ASSERT_EQ(ta.size(), tb.size());
-    for (size_t i = 0; i < ta.size(); ++i) {
-      ASSERT_EQ(ta[i].taps.size(), tb[i].taps.size());
-      for (size_t k = 0; k < ta[i].taps.size(); ++k) {
-        ASSERT_EQ(ta[i].taps[k].name, tb[i].taps[k].name);
-        ASSERT_EQ(ta[i].taps[k].value.values.size(), tb[i].taps[k].value.values.size()) << ta[i].taps[k].name;
-        for (size_t j = 0; j < ta[i].taps[k].value.values.size(); ++j) {
-          ASSERT_EQ(gpu_test::float_bits(ta[i].taps[k].value.values[j]), gpu_test::float_bits(tb[i].taps[k].value.values[j]))
-              << "output " << i << " tap " << ta[i].taps[k].name << " element " << j;
-        }
-      }
-    }
-  }
-}
-
-TEST(DrafterGpuLayerChain, OffWhereItCannotRunAndSaysWhy) {
+// The benchmark's block forward without some kernel classes (cuda/cuda_drafter_debug.h) is a graph
+// of its own: enqueued between proposes, it leaves the drafter's next outputs the bits of a
+// drafter that never ran it (the next propose recomputes every block buffer it spoils), and it
+// refuses classes the forward cannot leave out, by name.
+TEST(DrafterGpuDebug, BlockForwardWithoutLeavesTheDrafterUntouched) {
   DFLASH_REQUIRE_GPU();
   const DrafterConfig c = make_config(small_geometry(64));
-  const auto w = make_random_weights(c, 14);
-  CudaDrafter by_default(c, w, small_settings(Precision::kFp8), CudaOptions{});
-  EXPECT_EQ(chain_description(by_default).rfind(kLayerChainByDefault ? "on: " : "off (layer_chain=auto: off by default", 0), 0u)
-      << chain_description(by_default);
-  CudaOptions on;
-  on.kernels = {{"layer_chain", "on"}};
-  CudaDrafter bf16(c, w, small_settings(Precision::kBf16), on);
-  EXPECT_EQ(chain_description(bf16), "off (bf16 weights: the chain streams E4M3 weights)");
-  CudaOptions asked;
-  asked.kernels = {{"layer_chain", "on"}, {"gemm", "simple"}};
-  CudaDrafter simple(c, w, small_settings(Precision::kFp8), asked);
-  EXPECT_EQ(chain_description(simple), "off (gemm=simple: the chain runs the mma kernel's GEMMs)");
-  bool reported = false;
-  for (const auto& [key, value] : simple.describe()) {
-    if (key == "fallbacks") reported = value.find("layer_chain: on -> off (gemm=simple") != std::string::npos;
-  }
-  EXPECT_TRUE(reported) << "an asked-for chain that cannot run is a reported fallback";
-  CudaOptions too_many;
-  too_many.kernels = {{"layer_chain_ctas", "1024"}};
+  const auto w = make_random_weights(c, 16);
+  CudaOptions o;
+  o.warmup = 1;
+  CudaDrafter fresh(c, w, small_settings(Precision::kFp8), o);
+  CudaDrafter timed(c, w, small_settings(Precision::kFp8), o);
   try {
-    CudaDrafter d(c, w, small_settings(Precision::kFp8), too_many);
-    ADD_FAILURE() << "1024 chain CTAs accepted: the grid barriers would wait for CTAs that cannot be resident";
+    BlockForwardWithout before(timed, {});
+    ADD_FAILURE() << "a block forward was captured before any propose";
   } catch (const HarnessError& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kBadInput)) << e.what();
-    EXPECT_NE(std::string(e.what()).find("layer_chain_ctas=1024: at most"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no propose has run yet"), std::string::npos) << e.what();
   }
-}
-
-// The Qwen3-8B-DFlash-b16 geometry (drafter.md §8) at its block width: 16 rows, so the chain runs
-// every layer, with the full K of every GEMM (8 and 24 k-tiles per warp) and 132 CTAs' rotation.
-TEST(DrafterGpuLayerChain, RealGeometryChainIsBitIdenticalToSeparateKernels) {
-  DFLASH_REQUIRE_GPU();
-  const DrafterConfig c = make_config(qwen3_8b_geometry());
-  const auto w = make_random_weights(c, 15);
-  HeadSettings s;
-  s.gamma = 16;
-  s.ctx_cap = 4096;
-  s.max_batch = 1;
-  s.precision = Precision::kFp8;
-  const Tensor first = make_random_context(40, c.ctx_feature_dim(), 1), second = make_random_context(3, c.ctx_feature_dim(), 2);
-  const Tensor none = Tensor::zeros({0, c.ctx_feature_dim()});
-  auto run = [&](const std::map<std::string, std::string>& kernels) {
-    CudaOptions o;
-    o.kernels = kernels;
-    o.warmup = 1;
-    CudaDrafter d(c, w, s, o);
-    d.add_sequence(0);
-    std::vector<ProposeOutput> all;
-    for (ProposeOutput& out : d.propose({{0, &first, 40, 11}}, false)) all.push_back(std::move(out));
-    for (ProposeOutput& out : d.propose({{0, &second, 43, 12}}, false)) all.push_back(std::move(out));  // graph capture
-    for (ProposeOutput& out : d.propose({{0, &none, 43, 13}}, false)) all.push_back(std::move(out));  // replay
-    std::string what;
-    for (const auto& [k, v] : kernels) what += (what.empty() ? "" : ",") + k + "=" + v;
-    std::printf("[chain] %-40s %s\n", what.c_str(), chain_description(d).c_str());
-    return all;
-  };
-  const auto separate = run({{"layer_chain", "off"}});
-  expect_bitwise_equal(separate, run({{"layer_chain", "on"}}), "Qwen3-8B: layer chain vs separate kernels");
-  expect_bitwise_equal(separate, run({{"layer_chain", "on"}, {"layer_chain_lm_head", "on"}}),
-                       "Qwen3-8B: layer chain with the lm_head");
+  const auto expected = run_script(fresh, script());
+  int enqueued = 0;
+  const auto got = run_script(timed, script(), false, -1, [&](size_t step) {
+    if (step % 3 != 1) return;
+    for (const std::set<std::string>& without :
+         std::vector<std::set<std::string>>{{}, {"o", "down"}, {"attention_chunks", "combine", "rmsnorm"}, {"lm_head"}}) {
+      BlockForwardWithout forward(timed, without);
+      forward.enqueue();
+      forward.enqueue();
+      ++enqueued;
+    }
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(drafter_stream(timed)));
+  });
+  EXPECT_GT(enqueued, 0);
+  expect_bitwise_equal(expected, got, "proposes after block forwards without kernel classes");
+  for (const auto& [classes, named] : std::vector<std::pair<std::set<std::string>, std::string>>{
+           {{"embed"}, "'embed'"}, {{"softmax"}, "'softmax'"}, {{"swiglu"}, "'swiglu'"}}) {
+    try {
+      BlockForwardWithout refused(timed, classes);
+      ADD_FAILURE() << named << " accepted";
+    } catch (const HarnessError& e) {
+      EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::kBadInput)) << e.what();
+      EXPECT_NE(std::string(e.what()).find(named + ": not a kernel class this forward can leave out (qkv, "
+                                                    "qk_norm_rope, attention_chunks, combine, o, rmsnorm, gate_up, "
+                                                    "down, lm_head, argmax)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(parse_kernel_classes("o+down"), (std::set<std::string>{"o", "down"}));
+  EXPECT_TRUE(parse_kernel_classes("none").empty());
 }
 
 }  // namespace

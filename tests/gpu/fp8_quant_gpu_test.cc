@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/fp8.h"
-#include "cuda/cuda_drafter_impl.h"
+#include "cuda/cuda_drafter_debug.h"
 #include "cuda/fp8_quant.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/random_drafter.h"
@@ -82,17 +82,17 @@ TEST(Fp8QuantGpu, TheDrafterHoldsTheHostQuantizationOfEveryProjection) {
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerWeights& lw = weights->layers[static_cast<size_t>(l)];
     const std::string p = "layer " + std::to_string(l) + " ";
-    const QuantizedRows qkv = drafter.download_fp8_weight("qkv", l);
+    const QuantizedRows qkv = download_fp8_weight(drafter, "qkv", l);
     check_rows(qkv, 0, 1, lw.q_proj, p + "q_proj");
     check_rows(qkv, config.q_dim(), 1, lw.k_proj, p + "k_proj");
     check_rows(qkv, config.q_dim() + config.kv_dim(), 1, lw.v_proj, p + "v_proj");
-    check_rows(drafter.download_fp8_weight("o", l), 0, 1, lw.o_proj, p + "o_proj");
-    const QuantizedRows gate_up = drafter.download_fp8_weight("gate_up", l);
+    check_rows(download_fp8_weight(drafter, "o", l), 0, 1, lw.o_proj, p + "o_proj");
+    const QuantizedRows gate_up = download_fp8_weight(drafter, "gate_up", l);
     check_rows(gate_up, 0, 2, lw.gate_proj, p + "gate_proj");
     check_rows(gate_up, 1, 2, lw.up_proj, p + "up_proj");
-    check_rows(drafter.download_fp8_weight("down", l), 0, 1, lw.down_proj, p + "down_proj");
+    check_rows(download_fp8_weight(drafter, "down", l), 0, 1, lw.down_proj, p + "down_proj");
   }
-  check_rows(drafter.download_fp8_weight("lm_head", 0), 0, 1, weights->lm_head, "lm_head");
+  check_rows(download_fp8_weight(drafter, "lm_head", 0), 0, 1, weights->lm_head, "lm_head");
 }
 
 }  // namespace

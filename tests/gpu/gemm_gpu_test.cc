@@ -5,7 +5,7 @@
 //
 // Error bound per element (derivation): products of a bf16 activation and a bf16 (or E4M3) weight
 // are exact in fp32 (at most 8 + 8 significant bits); a sum of K of them in any order and tree with
-// at most K + 8 additions (split-K partials included), each rounding by at most one fp32 ulp
+// at most K + 8 additions, each rounding by at most one fp32 ulp
 // (2^-23 relative: the tensor cores' internal accumulation may truncate rather than round), is off
 // by at most (K + 8)·2^-23·Σ|a·w|; the scale multiply and the bias add each add one more ulp of
 // the magnitude. So |C - C_exact| <= (K + 10)·2^-23·(scale·Σ|a·q| + |bias|).
@@ -204,7 +204,7 @@ TEST_F(GemmTest, EveryKernelAtEveryBlockRowCountMatchesCpuAndIsBatchInvariant) {
       const Reference ref = reference(p, a, kMaxBlockRows);
       // The planted bug: each 32-wide K tile read only in its first half.
       const Reference bug = reference(p, a, kMaxBlockRows, [](int64_t k) { return k % 32 < 16; });
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
         const std::string what = std::string(gemm_kernel_name(kernel)) + (format == WeightFormat::kE4M3 ? " e4m3" : " bf16") +
                                  " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
         const std::vector<float> full = run(kernel, p, da, kMaxBlockRows);
@@ -238,7 +238,7 @@ TEST_F(GemmTest, ContextChunkSizesMatchCpu) {
     const Tensor a = random_activations(256, p->k, 99);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(p->k));
     const Reference ref = reference(*p, a, 256);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
       for (int64_t m : {65, 100, 128, 200, 256}) {
         const std::vector<float> c = run(kernel, *p, da, m);
         EXPECT_LE(worst_ratio(c, ref, m, p->n), 1.0) << gemm_kernel_name(kernel) << " m=" << m;
@@ -277,7 +277,7 @@ TEST_F(GemmTest, E4M3SubnormalCodesAreDecodedExactly) {
   Tensor a = Tensor::zeros({4, k});
   for (float& v : a.values) v = 1.0f;
   const DeviceBuffer<uint16_t> da = upload_activations(a, k);
-  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
+  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
     const std::vector<float> c = run(kernel, p, da, 4);
     for (int64_t i = 0; i < 4; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -297,7 +297,7 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
     const Tensor a = random_activations(m, k, 3);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
     const Reference ref = reference(p, a, m);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
+    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
       const std::string what = gemm_kernel_name(kernel);
       // residual += C
       std::vector<float> residual0(static_cast<size_t>(m * p.n));
@@ -342,16 +342,15 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
 }
 
 // The mma kernel's CTA width (32, 64, 96 or 128 columns at m <= 16; 32 or 64 above, gemm_cols_m64)
-// and pipeline (ring, deep) change which CTA computes an element and how its operands arrive,
-// never its sum: every epilogue's
-// output must be the same bits in every combination as with the 32-column ring (which the tests
-// above check against the CPU). The shapes leave the last wide CTA partly empty; K runs from 2
-// k-tiles (6 of 8 warps idle) to 64, 45 of them uneven over the warps. The deep pipeline runs
-// with the device's SM count (its solo layout where the grid has at most one CTA per SM), with 3
-// (the shared one) and with 7 (n = 1000 at 64 columns: 16 CTAs, one wave of 14 and a tail of 2,
-// which goes to a second launch of 32-column CTAs). The solo layout also runs lean (186 KB: fewer
-// stages at E4M3 64 columns and bf16 32).
-TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
+// and its shared-memory layout change which CTA computes an element and how its operands arrive,
+// never its sum: every epilogue's output must be the same bits in every combination as with 32
+// columns on an unknown SM count (the shared layout, no wave split; the tests above check the
+// kernel against the CPU). The shapes leave the last wide CTA partly empty; K runs from 2 k-tiles
+// (6 of 8 warps idle) to 64, 45 of them uneven over the warps. At m <= 16 each width runs with the
+// device's SM count (the solo layout where the grid has at most one CTA per SM), with 3 and with 7
+// (n = 1000 at 64 columns: 16 CTAs, one wave of 14 and a tail of 2, which goes to a second launch
+// of 32-column CTAs).
+TEST_F(GemmTest, MmaCtaWidthsAndLayoutsChangeNoBit) {
   const Shape shapes[] = {{200, 4096, false}, {2500, 128, true}, {192, 256, true}, {1000, 2880, true}};
   int device_sms = 0;
   ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, 0));
@@ -364,12 +363,10 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
       for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(4, 5, i, -3.0f, 3.0f);
       for (int64_t m : {1, 5, 16, 17, 64, 100}) {
         // All four epilogues at once; returns every output's bits.
-        auto outputs = [&](int columns, GemmPipeline pipeline, int sm_count, bool lean, int columns_m64 = 32) {  // m > 16: 32 unless asked
+        auto outputs = [&](int columns, int sm_count, int columns_m64 = 32) {  // m > 16: 32 unless asked
           ctx_.mma_columns_m64 = columns_m64;
           ctx_.mma_columns = columns;
-          ctx_.mma_pipeline = pipeline;
           ctx_.sm_count = sm_count;
-          ctx_.mma_lean_solo = lean;
           DeviceBuffer<float> out(static_cast<size_t>(m * s.n)), residual(static_cast<size_t>(m * s.n)),
               values(static_cast<size_t>(m * argmax_blocks(s.n)));
           DeviceBuffer<int32_t> indices(values.size());
@@ -400,10 +397,10 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           append(indices.get(), indices.bytes());
           return bits;
         };
-        const std::vector<uint32_t> narrow = outputs(32, GemmPipeline::kRing, device_sms, false);
+        const std::vector<uint32_t> narrow = outputs(32, 0);
         if (m > 16) {  // 64-row tiles: only gemm_cols_m64 shapes them (64 columns: E4M3 only, bf16 stays 32)
           if (format != WeightFormat::kE4M3) continue;
-          const std::vector<uint32_t> wide = outputs(32, GemmPipeline::kRing, device_sms, false, 64);
+          const std::vector<uint32_t> wide = outputs(32, device_sms, 64);
           ASSERT_EQ(wide.size(), narrow.size());
           for (size_t i = 0; i < wide.size(); ++i) {
             ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
@@ -411,30 +408,20 @@ TEST_F(GemmTest, MmaCtaWidthsAndPipelinesChangeNoBit) {
           }
           continue;
         }
-        for (GemmPipeline pipeline : {GemmPipeline::kRing, GemmPipeline::kDeep, GemmPipeline::kDeepShared}) {
-          for (int columns : {32, 64, 96, 128}) {
-            if (pipeline == GemmPipeline::kRing && (columns == 32 || columns == 96)) continue;
-            for (int sms : {device_sms, 3, 7}) {
-              if (pipeline != GemmPipeline::kDeep && sms != device_sms) continue;  // only its layout depends on it
-              for (bool lean : {false, true}) {  // the solo layout's 186 KB variant
-                if (lean && (pipeline != GemmPipeline::kDeep || sms != device_sms)) continue;
-                const std::vector<uint32_t> wide = outputs(columns, pipeline, sms, lean);
-                ASSERT_EQ(wide.size(), narrow.size());
-                for (size_t i = 0; i < wide.size(); ++i) {
-                  ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
-                                                << " k=" << s.k << " m=" << m << " columns " << columns << " "
-                                                << gemm_pipeline_name(pipeline) << (lean ? " lean" : "") << " on " << sms
-                                                << " SMs, word " << i;
-                }
-              }
+        for (int columns : {32, 64, 96, 128}) {
+          for (int sms : {device_sms, 3, 7}) {
+            const std::vector<uint32_t> wide = outputs(columns, sms);
+            ASSERT_EQ(wide.size(), narrow.size());
+            for (size_t i = 0; i < wide.size(); ++i) {
+              ASSERT_EQ(wide[i], narrow[i]) << (format == WeightFormat::kE4M3 ? "e4m3" : "bf16") << " n=" << s.n
+                                            << " k=" << s.k << " m=" << m << " columns " << columns << " on " << sms
+                                            << " SMs, word " << i;
             }
           }
         }
       }
       ctx_.mma_columns = 0;
       ctx_.mma_columns_m64 = GemmContext{}.mma_columns_m64;
-      ctx_.mma_pipeline = GemmContext{}.mma_pipeline;
-      ctx_.mma_lean_solo = GemmContext{}.mma_lean_solo;
       ctx_.sm_count = 0;
     }
   }
@@ -457,7 +444,7 @@ TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
         upload(p, stream_);
       }
       const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple, GemmKernel::kMmaSplitK}) {
+      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
         DeviceBuffer<float> logits(static_cast<size_t>(m * n)), values(static_cast<size_t>(m * argmax_blocks(n)));
         DeviceBuffer<int32_t> indices(values.size()), fused(static_cast<size_t>(m)), scanned(static_cast<size_t>(m));
         GemmEpilogue ep;

@@ -24,7 +24,6 @@ struct Backend {
   bool taps = true;                   // exposes the taps of drafter.md §7
   std::string unavailable;            // non-empty: why properties on it skip
   int default_cases = 100;            // cases per property unless DFLASH_PROP_CASES / RC_PARAMS say
-                                      // (about 1 s per property on the reference and on an H200)
 
   // A proposer with `settings` at `precision`.
   std::unique_ptr<DraftProposer> build(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,

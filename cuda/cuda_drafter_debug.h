@@ -1,0 +1,56 @@
+// What the GPU tests and the benchmarks ask of a CudaDrafter beyond DraftProposer: its stream,
+// its graphs, its device weights, and the block forward replayed or timed without some of its
+// kernels. Not for production callers (tools/ and compare/ use make_cuda_drafter only).
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "core/fp8.h"
+#include "cuda/cuda_drafter_impl.h"
+
+namespace dflash {
+
+// The stream every launch of the drafter goes to.
+cudaStream_t drafter_stream(const CudaDrafter& drafter);
+
+// Whether the block forward of (block_width, batch) runs as a captured CUDA graph by now.
+bool drafter_graph_captured(const CudaDrafter& drafter, int block_width, int batch);
+
+// Enqueues the block forward of the last propose again (same device inputs), as a graph replay
+// when the graph exists, on drafter_stream(). Nothing is copied back. kBadInput before any propose.
+void enqueue_last_block_forward(CudaDrafter& drafter);
+
+// The device's copy of an E4M3 weight: "qkv", "o", "gate_up", "down" of `layer`, or "lm_head".
+QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string& which, int layer);
+
+// Bytes one block forward must read from HBM at least: every projection weight in its storage
+// format (lm_head included) and the norms; the KV cache is counted separately by the caller.
+int64_t block_weight_bytes(const CudaDrafter& drafter);
+
+// The last propose's block forward as a CUDA graph of its own, without the launches of the kernel
+// classes in `without` (CudaDrafter::ForwardLaunch: "rmsnorm", "qkv", "qk_norm_rope",
+// "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"): TIMING
+// ONLY, what a class costs inside the graph is the time it saves; the outputs it leaves in the
+// drafter's buffers are wrong until the next propose. The drafter itself and its own graphs are
+// untouched. A class this forward does not launch, or "embed" (the first kernel, which every
+// other one waits for), is refused with kBadInput naming it.
+class BlockForwardWithout {
+ public:
+  BlockForwardWithout(CudaDrafter& drafter, const std::set<std::string>& without);
+  ~BlockForwardWithout();
+  BlockForwardWithout(const BlockForwardWithout&) = delete;
+  BlockForwardWithout& operator=(const BlockForwardWithout&) = delete;
+  void enqueue();  // on drafter_stream()
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// Parses a '+'-separated list of kernel classes ("o+down"; "" or "none": no class).
+std::set<std::string> parse_kernel_classes(const std::string& list);
+
+}  // namespace dflash
