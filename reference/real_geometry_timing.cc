@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
-#include "reference/random_weights.h"
+#include "fixtures/random_drafter.h"
 #include "reference/reference_options.h"
 
 namespace dflash {
@@ -37,7 +37,7 @@ int run(int argc, char** argv) {
 
   const DrafterConfig config = make_config(real_geometry(model, "--model"));
   auto t = std::chrono::steady_clock::now();
-  auto weights = std::make_shared<const DrafterWeights>(make_random_drafter_weights(config, 1, threads));
+  auto weights = std::make_shared<const DrafterWeights>(make_random_drafter_weights(config, 1, unit_gain_weight_ranges(), threads));
   std::printf("%s: random weights in %.1f s\n", model.c_str(), seconds_since(t));
   HeadSettings head;
   head.gamma = config.block_size;

@@ -20,7 +20,6 @@
 #include "core/error.h"
 #include "core/kv_pages.h"
 #include "core/rope.h"
-#include "reference/random_weights.h"
 #include "reference/reference_options.h"
 
 namespace dflash {
@@ -55,7 +54,7 @@ HeadSettings tiny_head(Precision precision = Precision::kFp32) {
 }
 
 std::shared_ptr<const DrafterWeights> tiny_weights(const DrafterConfig& c = tiny_config(), uint64_t seed = 42) {
-  return std::make_shared<const DrafterWeights>(make_random_drafter_weights(c, seed));
+  return std::make_shared<const DrafterWeights>(make_random_drafter_weights(c, seed, unit_gain_weight_ranges(), 1));
 }
 
 std::unique_ptr<DraftProposer> make(const HeadSettings& head, int threads = 1, const DrafterConfig& c = tiny_config()) {
@@ -542,7 +541,7 @@ TEST(ReferenceDrafter, Fp8ModeUsesQuantizedWeights) {
 
 TEST(ReferenceDrafter, RefusesBadWeightsConfigsAndThreadCounts) {
   const DrafterConfig c = tiny_config();
-  DrafterWeights w = make_random_drafter_weights(c, 1);
+  DrafterWeights w = make_random_drafter_weights(c, 1, unit_gain_weight_ranges(), 1);
   w.layers[1].v_proj.values[5] = NAN;
   testing::expect_mentions(testing::harness_error_message([&] {
                              make_reference_drafter(c, std::make_shared<const DrafterWeights>(w), tiny_head(),
@@ -556,7 +555,7 @@ TEST(ReferenceDrafter, RefusesBadWeightsConfigsAndThreadCounts) {
   DrafterConfig groups = c;
   groups.num_kv_heads = 3;
   EXPECT_THROW(make_reference_drafter(groups, tiny_weights(c), tiny_head(), ReferenceOptions{1}), HarnessError);
-  DrafterWeights wrong = make_random_drafter_weights(c, 1);
+  DrafterWeights wrong = make_random_drafter_weights(c, 1, unit_gain_weight_ranges(), 1);
   wrong.layers[0].q_proj = Tensor::zeros({31, 32});
   EXPECT_THROW(make_reference_drafter(c, std::make_shared<const DrafterWeights>(wrong), tiny_head(), ReferenceOptions{1}),
                HarnessError);

@@ -34,7 +34,8 @@
 #include "cuda/attention.h"
 #include "cuda/device_buffer.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {

@@ -21,7 +21,8 @@
 #include "fixtures/fixture.h"
 #include "reference/reference_drafter.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {
@@ -150,7 +151,7 @@ TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
   }
 }
 
-void real_geometry(const RandomGeometry& g) {
+void real_geometry(const DrafterGeometry& g) {
   const DrafterConfig config = make_config(g);
   const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<const DrafterWeights> weights = make_random_weights(config, 2024);

@@ -13,7 +13,8 @@
 #include "cuda/cuda_drafter_debug.h"
 #include "cuda/fp8_quant.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {
@@ -56,7 +57,7 @@ TEST(Fp8QuantGpu, RandomAndEdgeRowsMatchTheHostBitForBit) {
 
 TEST(Fp8QuantGpu, TheDrafterHoldsTheHostQuantizationOfEveryProjection) {
   DFLASH_REQUIRE_GPU();
-  RandomGeometry g;
+  DrafterGeometry g;
   g.name = "small";
   g.hidden = 192, g.layers = 2, g.heads = 4, g.kv_heads = 2, g.head_dim = 48, g.intermediate = 200, g.vocab = 777;
   g.block = 4, g.target_layer_ids = {1, 3}, g.bias = true, g.mask_token_id = 5;

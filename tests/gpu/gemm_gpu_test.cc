@@ -24,7 +24,8 @@
 #include "cuda/fp8_quant.h"
 #include "cuda/gemm.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {

@@ -27,10 +27,7 @@ namespace {
 class CheckerTest : public ::testing::Test {
  protected:
   CheckerTest() {
-    Geometry g;
-    g.hidden = 8;
-    g.vocab = 16;
-    config_ = make_config(g);
+    config_ = make_config(tiny_geometry());
     weights_ = make_weights(config_, 11);
     settings_.gamma = 4;
     settings_.ctx_cap = 6;

@@ -1,5 +1,7 @@
 #include "tests/properties/random_model.h"
 
+#include <sstream>
+
 #include <cmath>
 
 #include "fixtures/geometries.h"
@@ -19,14 +21,26 @@ float SplitMix64::uniform(float lo, float hi) {
   return lo + (hi - lo) * unit;
 }
 
-std::ostream& operator<<(std::ostream& os, const Geometry& g) {
-  return os << "{H " << g.hidden << ", nh/nkv " << g.heads << "/" << g.kv_heads << ", d " << g.head_dim << ", L "
-            << g.layers << ", I " << g.intermediate << ", V " << g.vocab << ", nT " << g.captured_layers
-            << ", block " << g.block_size << ", mask " << g.mask_token << ", bias " << g.bias << ", theta "
-            << g.rope_theta << (g.yarn ? ", yarn x" + std::to_string(g.yarn_factor) + " from " +
-                                             std::to_string(g.yarn_original_positions)
-                                       : std::string())
-            << ", eps " << g.eps << "}";
+DrafterGeometry tiny_geometry() {
+  DrafterGeometry g;
+  g.name = "tiny";
+  g.hidden = 8, g.heads = 1, g.kv_heads = 1, g.head_dim = 4, g.layers = 1, g.intermediate = 8, g.vocab = 16;
+  g.block = 4;
+  g.target_layer_ids = {1};
+  g.mask_token_id = 0;
+  g.max_position_embeddings = 1 << 16;
+  return g;
+}
+
+std::string describe_geometry(const DrafterGeometry& g) {
+  std::ostringstream os;
+  os << "{H " << g.hidden << ", nh/nkv " << g.heads << "/" << g.kv_heads << ", d " << g.head_dim << ", L " << g.layers
+     << ", I " << g.intermediate << ", V " << g.vocab << ", nT " << g.target_layer_ids.size() << ", block " << g.block
+     << ", mask " << g.mask_token_id << ", bias " << g.bias << ", theta " << g.theta
+     << (g.yarn_factor > 0 ? ", yarn x" + std::to_string(g.yarn_factor) + " from " + std::to_string(g.yarn_original)
+                           : std::string())
+     << ", eps " << g.eps << "}";
+  return os.str();
 }
 
 std::ostream& operator<<(std::ostream& os, const LmHeadPlan& plan) {
@@ -36,29 +50,6 @@ std::ostream& operator<<(std::ostream& os, const LmHeadPlan& plan) {
     os << " (a " << plan.a << ", b " << plan.b << ", c " << plan.c << ", d " << plan.d << ")";
   }
   return os;
-}
-
-DrafterConfig make_config(const Geometry& g) {
-  DrafterGeometry shared;
-  shared.hidden = g.hidden;
-  shared.layers = g.layers;
-  shared.heads = g.heads;
-  shared.kv_heads = g.kv_heads;
-  shared.head_dim = g.head_dim;
-  shared.intermediate = g.intermediate;
-  shared.vocab = g.vocab;
-  shared.block = g.block_size;
-  for (int i = 0; i < g.captured_layers; ++i) shared.target_layer_ids.push_back(1 + 4 * i);
-  shared.theta = g.rope_theta;
-  shared.eps = g.eps;
-  shared.bias = g.bias;
-  if (g.yarn) {
-    shared.yarn_factor = g.yarn_factor;
-    shared.yarn_original = g.yarn_original_positions;
-  }
-  shared.mask_token_id = g.mask_token;
-  shared.max_position_embeddings = 1 << 16;
-  return dflash::make_config(shared);
 }
 
 namespace {

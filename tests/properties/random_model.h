@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/weights.h"
+#include "fixtures/geometries.h"
 
 namespace dflash::prop {
 
@@ -24,25 +26,12 @@ class SplitMix64 {
   uint64_t state_;
 };
 
-struct Geometry {
-  int hidden = 8;          // H (= target hidden Ht)
-  int heads = 1;           // nh
-  int kv_heads = 1;        // nkv, a divisor of nh
-  int head_dim = 4;        // d, even
-  int layers = 1;          // L
-  int intermediate = 8;    // I
-  int vocab = 16;          // V
-  int captured_layers = 1; // nT
-  int block_size = 4;      // trained block width (the default gamma)
-  int mask_token = 0;
-  bool bias = false;
-  bool yarn = false;
-  double yarn_factor = 4.0;
-  int yarn_original_positions = 64;
-  double rope_theta = 10000.0;
-  double eps = 1e-6;
-};
-std::ostream& operator<<(std::ostream& os, const Geometry& g);
+// The smallest drafter the properties start from: H 8, one head of 4, one layer, I 8, V 16, one
+// captured target layer (id 1), block 4, mask token 0, 2^16 positions. Generated geometries
+// (scenario.h) take their numbers from here and change them; captured layers are 1, 5, 9, ...
+DrafterGeometry tiny_geometry();
+// The geometry's numbers on one line, for a counterexample.
+std::string describe_geometry(const DrafterGeometry& g);
 
 // Which values a backend's kernels accept; the reference takes anything.
 struct GeometryLimits {
@@ -55,10 +44,6 @@ struct GeometryLimits {
   int max_layers = 2;
   int max_captured_layers = 3;
 };
-
-// Through the shared builder (fixtures/geometries.h): target_layer_ids 1, 5, 9, ... (one per
-// captured layer), 2^16 positions.
-DrafterConfig make_config(const Geometry& geometry);
 
 // How the lm_head is built. kRandom: independent rows. kDuplicateRows: random rows, some copied to
 // far-away rows (ties happen when a copied row wins). kAllEqual: every row the same vector, so

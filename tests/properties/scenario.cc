@@ -19,13 +19,13 @@ std::ostream& operator<<(std::ostream& os, const HeadSettings& s) {
 }
 
 void showValue(const Scenario& s, std::ostream& os) {
-  os << "geometry " << s.geometry << "\n  lm_head " << s.lm_head << ", weight seed " << s.weight_seed
+  os << "geometry " << describe_geometry(s.geometry) << "\n  lm_head " << s.lm_head << ", weight seed " << s.weight_seed
      << "\n  settings " << s.settings << "\n  trace " << s.trace;
 }
 
-rc::Gen<Geometry> gen_geometry(const GeometryLimits& limits) {
+rc::Gen<DrafterGeometry> gen_geometry(const GeometryLimits& limits) {
   return rc::gen::exec([limits] {
-    Geometry g;
+    DrafterGeometry g = tiny_geometry();
     g.heads = *rc::gen::inRange(1, limits.max_heads + 1);
     std::vector<int> divisors;  // every GQA ratio the head count allows, MHA and MQA included
     for (int k = 1; k <= g.heads; ++k) {
@@ -37,16 +37,17 @@ rc::Gen<Geometry> gen_geometry(const GeometryLimits& limits) {
     g.layers = *rc::gen::inRange(1, limits.max_layers + 1);
     g.intermediate = *rc::gen::elementOf(limits.intermediate_sizes);
     g.vocab = *rc::gen::inRange(limits.min_vocab, limits.max_vocab + 1);
-    g.captured_layers = *rc::gen::inRange(1, limits.max_captured_layers + 1);
-    g.block_size = *rc::gen::inRange(1, 9);
-    g.mask_token = *rc::gen::inRange(0, g.vocab);
+    const int captured_layers = *rc::gen::inRange(1, limits.max_captured_layers + 1);
+    g.target_layer_ids.clear();
+    for (int i = 0; i < captured_layers; ++i) g.target_layer_ids.push_back(1 + 4 * i);
+    g.block = *rc::gen::inRange(1, 9);
+    g.mask_token_id = *rc::gen::inRange(0, g.vocab);
     g.bias = *rc::gen::arbitrary<bool>();
-    g.yarn = *rc::gen::arbitrary<bool>();
-    if (g.yarn) {
+    if (*rc::gen::arbitrary<bool>()) {  // YaRN
       g.yarn_factor = *rc::gen::element(2.0, 4.0, 32.0);
-      g.yarn_original_positions = *rc::gen::element(16, 64, 4096);
+      g.yarn_original = *rc::gen::element(16, 64, 4096);
     }
-    g.rope_theta = *rc::gen::element(10000.0, 150000.0, 1000000.0);
+    g.theta = *rc::gen::element(10000.0, 150000.0, 1000000.0);
     g.eps = *rc::gen::element(1e-6, 1e-5);
     return g;
   });

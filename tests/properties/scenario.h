@@ -29,7 +29,7 @@ struct ScenarioOptions {
 };
 
 struct Scenario {
-  Geometry geometry;
+  DrafterGeometry geometry;
   LmHeadPlan lm_head;
   uint64_t weight_seed = 0;
   DrafterConfig config;
@@ -44,7 +44,7 @@ struct Scenario {
 void showValue(const Scenario& scenario, std::ostream& os);
 std::ostream& operator<<(std::ostream& os, const HeadSettings& settings);
 
-rc::Gen<Geometry> gen_geometry(const GeometryLimits& limits);
+rc::Gen<DrafterGeometry> gen_geometry(const GeometryLimits& limits);
 rc::Gen<Scenario> gen_scenario(const Backend& backend, const ScenarioOptions& options);
 
 }  // namespace dflash::prop
