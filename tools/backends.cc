@@ -28,22 +28,22 @@ std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision) 
 
 }  // namespace
 
-Backend parse_backend(const std::string& name) {
-  if (name == "reference") return Backend::kReference;
-  if (name == "cuda") return Backend::kCuda;
-  if (name == "both") return Backend::kBoth;
+BackendChoice parse_backend(const std::string& name) {
+  if (name == "reference") return BackendChoice::kReference;
+  if (name == "cuda") return BackendChoice::kCuda;
+  if (name == "both") return BackendChoice::kBoth;
   throw bad_input("--backend '" + name + "' is not one of reference, cuda, both");
 }
 
-Precision resolve_precision(Backend backend, const std::optional<std::string>& precision) {
-  if (!precision) return backend == Backend::kReference ? Precision::kFp64 : Precision::kFp8;
+Precision resolve_precision(BackendChoice backend, const std::optional<std::string>& precision) {
+  if (!precision) return backend == BackendChoice::kReference ? Precision::kFp64 : Precision::kFp8;
   Precision p;
   if (!parse_precision(*precision, &p)) throw bad_input("--precision '" + *precision + "' is not one of fp64, fp32, bf16, fp8");
   return p;
 }
 
-void check_backend_runs_here(Backend backend, Precision precision) {
-  if (backend == Backend::kReference) return;
+void check_backend_runs_here(BackendChoice backend, Precision precision) {
+  if (backend == BackendChoice::kReference) return;
   if (precision != Precision::kBf16 && precision != Precision::kFp8) {
     throw bad_input(std::string("--precision ") + precision_name(precision) +
                     ": the CUDA drafter runs bf16 or fp8 (fp64 and fp32 are the reference's alone)");
@@ -57,7 +57,7 @@ void check_backend_runs_here(Backend backend, Precision precision) {
 #endif
 }
 
-DrafterSet make_drafters(Fixture& fixture, Backend backend, Precision precision) {
+DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision) {
   fixture.load_weights();
   DrafterSet set;
   const auto add = [&](std::unique_ptr<DraftProposer> drafter, Precision p, bool with_fixture) {
@@ -65,13 +65,13 @@ DrafterSet make_drafters(Fixture& fixture, Backend backend, Precision precision)
     set.drafters.push_back(std::move(drafter));
   };
   switch (backend) {
-    case Backend::kReference:
+    case BackendChoice::kReference:
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, true);
       break;
-    case Backend::kCuda:
+    case BackendChoice::kCuda:
       add(make_cuda(fixture, precision), precision, true);
       break;
-    case Backend::kBoth:
+    case BackendChoice::kBoth:
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kFp64)),
           Precision::kFp64, true);
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, false);

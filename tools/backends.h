@@ -11,10 +11,11 @@
 
 namespace dflash {
 
-enum class Backend { kReference, kCuda, kBoth };
+// The --backend choice (the drafters themselves are DraftProposers).
+enum class BackendChoice { kReference, kCuda, kBoth };
 
 // "reference", "cuda", "both"; kBadInput otherwise.
-Backend parse_backend(const std::string& name);
+BackendChoice parse_backend(const std::string& name);
 
 // The drafters of one replay and the comparisons to make.
 struct DrafterSet {
@@ -24,16 +25,16 @@ struct DrafterSet {
 };
 
 // The default precision: fp64 for the reference, fp8 for cuda and both (docs/cli.md).
-Precision resolve_precision(Backend backend, const std::optional<std::string>& precision);
+Precision resolve_precision(BackendChoice backend, const std::optional<std::string>& precision);
 
 // Throws kUnsupported when the backend needs the CUDA drafter and this build or machine has none,
 // and kBadInput for a precision the CUDA drafter does not run (it runs bf16 and fp8).
-void check_backend_runs_here(Backend backend, Precision precision);
+void check_backend_runs_here(BackendChoice backend, Precision precision);
 
 // reference: the reference at `precision`, compared with the fixture.
 // cuda: the CUDA drafter at `precision`, compared with the fixture.
 // both: the reference in fp64 compared with the fixture, and the reference emulating the CUDA mode
 //       (`precision`) compared with the CUDA drafter.
-DrafterSet make_drafters(Fixture& fixture, Backend backend, Precision precision);
+DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision);
 
 }  // namespace dflash

@@ -8,7 +8,7 @@
 namespace dflash {
 
 struct ReplayRequest {
-  Backend backend = Backend::kReference;
+  BackendChoice backend = BackendChoice::kReference;
   Precision precision = Precision::kFp64;
   ReplayOptions options;
 };
