@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "compare/text_format.h"
 
@@ -28,7 +31,7 @@ th{background:#f3f3f3}.verdict-pass{color:#176b2c;font-weight:bold}.verdict-fail
 .divergence{background:#fdecea;border-left:4px solid #b00020;padding:8px 12px;font-family:monospace}
 .error{background:#fff4e5;border-left:4px solid #e65100;padding:8px 12px}
 svg .bar.pass{fill:#4caf50}svg .bar.fail{fill:#e53935}svg .bar.first-divergence{stroke:#000;stroke-width:2}
-svg .bound{stroke:#b00020;stroke-dasharray:6 4}svg text{font:11px sans-serif}svg .axis{stroke:#888}
+svg .bound{stroke:#b00020;stroke-dasharray:6 4}svg.heat-map .cell.fail{stroke:#000}svg text{font:11px sans-serif}svg .axis{stroke:#888}
 tr.fail td{background:#fdecea}
 )";
 
@@ -84,6 +87,81 @@ std::string stage_plot(const json& pair, const std::string& first_stage) {
   return svg.str();
 }
 
+// The fill of a heat-map cell: green at error/bound 1e-4 and below through yellow to orange at the
+// bound; over it (or not finite) dark red.
+std::string cell_color(bool passed, const json& ratio) {
+  if (!passed || !ratio.is_number()) return "#b00020";
+  const double r = ratio.get<double>();
+  const double t = r > 0 ? std::min(1.0, std::max(0.0, (std::log10(r) + 4) / 4)) : 0.0;
+  std::ostringstream c;
+  c << "hsl(" << static_cast<int>(120 - 90 * t) << ",70%," << static_cast<int>(88 - 30 * t) << "%)";
+  return c.str();
+}
+
+// Error/bound of every stage at every step of one comparison (the worst sequence of the step), as
+// a grid: a row per step, a column per stage in forward order. A stage not compared at a step is
+// grey.
+std::string step_stage_heat_map(const json& r, int pair_index) {
+  std::vector<std::string> stages;
+  for (const json& name : r["stage_order"]) {
+    if (name.is_string()) stages.push_back(name.get<std::string>());
+  }
+  struct Cell {
+    bool seen = false, passed = true;
+    json ratio;
+  };
+  std::map<int, std::map<std::string, Cell>> grid;  // step -> stage -> worst check
+  for (const json& seq : r["sequences"]) {
+    if (seq.value("pair", -1) != pair_index) continue;
+    std::map<std::string, Cell>& row = grid[seq.value("step", -1)];
+    for (const json& s : seq["stages"]) {
+      Cell& cell = row[str(s, "stage")];
+      const bool passed = s.value("passed", false);
+      const json& ratio = s.contains("ratio") ? s["ratio"] : json();
+      const bool worse = !cell.seen || (cell.passed && !passed) ||
+                         (cell.passed == passed && cell.ratio.is_number() &&
+                          (!ratio.is_number() || ratio.get<double>() > cell.ratio.get<double>()));
+      if (worse) cell = {true, passed, ratio};
+    }
+  }
+  if (grid.empty()) return "";
+  const int cell = 14, left = 64, top = 24, label_room = 96;
+  const int width = std::max(left + static_cast<int>(stages.size()) * cell + 16, 420);
+  const int height = top + static_cast<int>(grid.size()) * cell + label_room;
+  std::ostringstream svg;
+  svg << "<svg class=\"heat-map\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" role=\"img\" aria-label=\"error over bound per step and stage\">\n";
+  svg << "<text x=\"4\" y=\"14\">error / bound per step and stage: green 1e-4, orange 1, red over, grey not "
+         "compared</text>\n";
+  int y = top;
+  for (const auto& [step, row] : grid) {
+    svg << "<text x=\"4\" y=\"" << y + cell - 3 << "\">step " << step << "</text>\n";
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const int x = left + static_cast<int>(i) * cell;
+      const auto it = row.find(stages[i]);
+      svg << "<rect class=\"cell ";
+      if (it == row.end()) {
+        svg << "none\" data-step=\"" << step << "\" data-stage=\"" << html_escape(stages[i]) << "\" fill=\"#e0e0e0\"";
+      } else {
+        svg << (it->second.passed ? "pass" : "fail") << "\" data-step=\"" << step << "\" data-stage=\""
+            << html_escape(stages[i]) << "\" fill=\"" << cell_color(it->second.passed, it->second.ratio) << "\"";
+      }
+      svg << " x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell - 1 << "\" height=\"" << cell - 1 << "\"><title>step "
+          << step << ", " << html_escape(stages[i]) << ": "
+          << (it == row.end() ? std::string("not compared") : "error/bound " + ratio_text(it->second.ratio))
+          << "</title></rect>\n";
+    }
+    y += cell;
+  }
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const int label_x = left + static_cast<int>(i) * cell + cell / 2;
+    svg << "<text x=\"" << label_x << "\" y=\"" << y + 6 << "\" transform=\"rotate(60 " << label_x << " " << y + 6
+        << ")\">" << html_escape(stages[i]) << "</text>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
 void render_result(std::ostringstream& html, const json& r, int index) {
   const bool pass = str(r, "verdict") == "pass";
   html << "<section class=\"fixture " << (pass ? "pass" : "fail") << "\" id=\"fixture-" << index << "\">\n";
@@ -114,6 +192,7 @@ void render_result(std::ostringstream& html, const json& r, int index) {
   }
   html << "</table>\n";
 
+  int pair_index = 0;
   for (const json& pair : r["pairs"]) {
     const std::string label = str(pair, "label");
     html << "<h3>" << html_escape(label) << "</h3>\n";
@@ -121,6 +200,7 @@ void render_result(std::ostringstream& html, const json& r, int index) {
     html << "<p>draft tokens: " << tokens.value("agree", 0) << " agree, " << tokens.value("tie_excused", 0)
          << " tie-excused, " << tokens.value("mismatch", 0) << " mismatch</p>\n";
     html << stage_plot(pair, label == first_pair ? first_stage : std::string());
+    html << step_stage_heat_map(r, pair_index++);
     html << "<table><tr><th>stage</th><th>error/bound</th><th>rel RMS</th><th>bound</th><th>max rel</th>"
             "<th>bound</th><th>worst at step/seq</th></tr>\n";
     for (const json& s : pair["stages"]) {

@@ -225,6 +225,23 @@ json read_report_document(const std::string& path) {
     require(r, "proposers", json::value_t::array, where);
     require(r, "pairs", json::value_t::array, where);
     require(r, "invariant_failures", json::value_t::array, where);
+    require(r, "sequences", json::value_t::array, where);
+    for (size_t k = 0; k < r["sequences"].size(); ++k) {  // what the heat map reads
+      const json& seq = r["sequences"][k];
+      const std::string qw = where + ".sequences[" + std::to_string(k) + "]";
+      for (const char* key : {"step", "pair"}) {
+        if (!seq.is_object() || !seq.contains(key) || !seq[key].is_number_integer()) {
+          throw bad_input(qw + ": field '" + key + "' is missing or not an integer");
+        }
+      }
+      require(seq, "stages", json::value_t::array, qw);
+      for (size_t i = 0; i < seq["stages"].size(); ++i) {
+        const json& stage = seq["stages"][i];
+        const std::string sw = qw + ".stages[" + std::to_string(i) + "]";
+        require(stage, "stage", json::value_t::string, sw);
+        require(stage, "passed", json::value_t::boolean, sw);
+      }
+    }
     for (size_t p = 0; p < r["pairs"].size(); ++p) {
       const std::string pw = where + ".pairs[" + std::to_string(p) + "]";
       require(r["pairs"][p], "label", json::value_t::string, pw);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compare/text_format.h"
 
@@ -62,18 +64,39 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
                                            "tokens a/e/m", "verdict"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayResult& r : results) {
+    const std::string steps = std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps);
+    if (r.pairs.empty()) {
+      rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", r.passed() ? "PASS" : "FAIL"});
+      continue;
+    }
+    if (r.passed()) {  // one line: every comparison, the worst stage of any, the tokens summed
+      std::string labels, precisions, worst_stage;
+      double worst_ratio = 0;
+      int agree = 0, excused = 0, mismatch = 0;
+      for (size_t p = 0; p < r.pairs.size(); ++p) {
+        const PairTotals t = pair_totals(r, static_cast<int>(p));
+        labels += (p ? "; " : "") + r.pairs[p].label;
+        precisions += (p ? "; " : "") + precisions_of(r, r.pairs[p]);
+        if (!t.worst_stage.empty() && (worst_stage.empty() || t.worst_ratio > worst_ratio)) {
+          worst_stage = t.worst_stage;
+          worst_ratio = t.worst_ratio;
+        }
+        agree += t.agree;
+        excused += t.excused;
+        mismatch += t.mismatch;
+      }
+      rows.push_back({fixture_label(r), labels, precisions, steps,
+                      worst_stage.empty() ? "-" : worst_stage + " " + format_number(worst_ratio),
+                      std::to_string(agree) + "/" + std::to_string(excused) + "/" + std::to_string(mismatch), "PASS"});
+      continue;
+    }
     for (size_t p = 0; p < r.pairs.size(); ++p) {
       const PairTotals t = pair_totals(r, static_cast<int>(p));
       const bool pair_ok = t.failed_sequences == 0;
-      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]),
-                      std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps),
+      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps,
                       t.worst_stage.empty() ? "-" : t.worst_stage + " " + format_number(t.worst_ratio),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
                       pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
-    }
-    if (r.pairs.empty()) {
-      rows.push_back({fixture_label(r), "(nothing compared)", "-", std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps),
-                      "-", "-", r.passed() ? "PASS" : "FAIL"});
     }
   }
   std::vector<size_t> widths(header.size());
@@ -97,6 +120,53 @@ void print_levers(std::ostream& out, const ReplayResult& result) {
     out << "  drafter " << p.name << " (" << p.precision << "):";
     for (const auto& [key, value] : p.levers) out << " " << key << "=" << value;
     out << "\n";
+  }
+}
+
+void print_drafter_settings(std::ostream& out, const std::vector<ReplayResult>& results, bool full) {
+  // Per drafter (name and precision), in order of appearance: each fixture's describe().
+  struct Drafter {
+    std::string name, precision;
+    std::vector<std::pair<std::string, const ProposerSummary*>> runs;  // (fixture, its settings)
+  };
+  std::vector<Drafter> drafters;
+  for (const ReplayResult& r : results) {
+    for (const ProposerSummary& p : r.proposers) {
+      auto it = std::find_if(drafters.begin(), drafters.end(),
+                             [&](const Drafter& d) { return d.name == p.name && d.precision == p.precision; });
+      if (it == drafters.end()) it = drafters.insert(drafters.end(), Drafter{p.name, p.precision, {}});
+      it->runs.emplace_back(fixture_label(r), &p);
+    }
+  }
+  for (const Drafter& d : drafters) {
+    out << "drafter " << d.name << " (" << d.precision << ")";
+    if (!full) {
+      out << " (-v lists its settings)\n";
+      continue;
+    }
+    out << ":\n";
+    std::vector<std::string> keys;  // in order of first appearance
+    for (const auto& run : d.runs) {
+      for (const auto& lever : run.second->levers) {
+        if (std::find(keys.begin(), keys.end(), lever.first) == keys.end()) keys.push_back(lever.first);
+      }
+    }
+    for (const std::string& key : keys) {
+      std::vector<std::pair<std::string, std::string>> values;  // (fixture, value)
+      for (const auto& [fixture, summary] : d.runs) {
+        auto it = std::find_if(summary->levers.begin(), summary->levers.end(),
+                               [&](const auto& lever) { return lever.first == key; });
+        values.emplace_back(fixture, it == summary->levers.end() ? std::string("(not set)") : it->second);
+      }
+      const bool same = std::all_of(values.begin(), values.end(), [&](const auto& v) { return v.second == values[0].second; });
+      out << "  " << key << ": ";
+      if (same) {
+        out << values[0].second << "\n";
+        continue;
+      }
+      for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i].first << " " << values[i].second;
+      out << "\n";
+    }
   }
 }
 

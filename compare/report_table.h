@@ -1,5 +1,6 @@
-// The readable report of `dflash-harness replay` and `bisect`: one table line per fixture and
-// comparison, the drafters' levers, and the first-divergence report of every failing fixture.
+// The readable report of `dflash-harness replay` and `bisect`: the drafters' settings once, one
+// table line per passing fixture (one per comparison for a failing one), and the first-divergence
+// report of every failing fixture.
 #pragma once
 #include <ostream>
 #include <vector>
@@ -9,14 +10,20 @@
 namespace dflash {
 
 // fixture | comparison | precision | steps | worst stage (error/bound) | tokens agree/excused/mismatch | verdict
+// A passing fixture is one line (its comparisons joined by "; ", the worst stage over all of them,
+// the tokens summed); a failing one has a line per comparison.
 void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results);
+
+// Every drafter the results ran, once: "drafter NAME (PRECISION)", and with `full` its describe()
+// entries one per line (an entry that differs between fixtures lists each fixture's value).
+void print_drafter_settings(std::ostream& out, const std::vector<ReplayResult>& results, bool full);
 
 // The drafters and their describe() levers.
 void print_levers(std::ostream& out, const ReplayResult& result);
 
 // The verdict and the drafters' levers; for a failure also the first divergence with both values
 // and the bound, the stage-by-stage walk of that (step, sequence, comparison) up to and including
-// the failing stage, and the invariant failures.
+// the failing stage, and the invariant failures. `replay` prints it for failing fixtures only.
 void print_result_report(std::ostream& out, const ReplayResult& result);
 
 // The stage-by-stage walk of one (step, sequence) for every comparison: `bisect`'s report.

@@ -48,8 +48,11 @@ int run_replay(const ReplayArgs& args) {
   }
 
   if (!results.empty()) {
+    print_drafter_settings(std::cout, results, args.verbose);
     print_replay_table(std::cout, results);
-    for (const ReplayResult& r : results) print_result_report(std::cout, r);
+    for (const ReplayResult& r : results) {
+      if (!r.passed()) print_result_report(std::cout, r);  // a pass is its table line
+    }
   }
   if (!args.json_path.empty()) {
     write_report_document(args.json_path, make_report_document(json_results, json_errors));
@@ -79,7 +82,8 @@ Command add_replay_command(CLI::App& app) {
                   "fp64 | fp32 | bf16 | fp8 (default: fp64 for the reference, fp8 for cuda and both)")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
-  cmd->add_flag("-v,--verbose", args->verbose, "Progress lines when stdout is not a terminal");
+  cmd->add_flag("-v,--verbose", args->verbose,
+                "Every setting of each drafter, and progress lines when stdout is not a terminal");
   return {cmd, [args] { return run_replay(*args); }};
 }
 

@@ -1,6 +1,7 @@
 // `dflash-harness replay` end to end: the bundled oracle fixtures, the engine-style captures (clean
 // pass, planted fail naming their stage), single corrupted expectations, the malformed-input table,
 // the CUDA backend in a CPU build, and usage errors.
+#include <algorithm>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -41,6 +42,44 @@ TEST(ReplayCli, EveryBundledOracleFixturePassesOnTheReference) {
   std::vector<std::string> args = {"replay"};
   args.insert(args.end(), dirs.begin(), dirs.end());
   EXPECT_EQ(run_harness(args).exit_code, 0);
+}
+
+// The number of lines of `text` that contain `needle`.
+int lines_with(const std::string& text, const std::string& needle) {
+  int count = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    if (text.substr(begin, end - begin).find(needle) != std::string::npos) ++count;
+    begin = end + 1;
+  }
+  return count;
+}
+
+TEST(ReplayCli, APassIsOneLineAndTheSettingsPrintOncePerRun) {
+  const std::vector<std::string> dirs = fixture_dirs(kOracleDir);
+  std::vector<std::string> args = {"replay"};
+  args.insert(args.end(), dirs.begin(), dirs.end());
+  const RunResult plain = run_harness(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  // Settings once, each fixture one line, nothing else: header, rule, the drafter's line.
+  EXPECT_EQ(lines_with(plain.output, "drafter reference-fp64 (fp64)"), 1) << plain.output;
+  EXPECT_EQ(lines_with(plain.output, "PASS"), static_cast<int>(dirs.size())) << plain.output;
+  size_t newlines = 0;
+  for (char c : plain.output) newlines += c == '\n';
+  EXPECT_EQ(newlines, dirs.size() + 3) << plain.output;
+  EXPECT_EQ(plain.output.find("compute_type"), std::string::npos) << plain.output;
+
+  args.insert(args.begin() + 1, "-v");
+  const RunResult verbose = run_harness(args);
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.output;
+  EXPECT_EQ(lines_with(verbose.output, "drafter reference-fp64 (fp64):"), 1) << verbose.output;
+  EXPECT_EQ(lines_with(verbose.output, "  compute_type: "), 1) << verbose.output;
+  EXPECT_EQ(lines_with(verbose.output, "  simd_target: "), 1) << verbose.output;
+  // One line per setting, also where the fixtures differ (gamma, ctx_cap: each fixture's value).
+  EXPECT_EQ(lines_with(verbose.output, "  gamma: "), 1) << verbose.output;
+  EXPECT_EQ(lines_with(verbose.output, "  ctx_cap: "), 1) << verbose.output;
+  EXPECT_EQ(lines_with(verbose.output, "PASS"), static_cast<int>(dirs.size())) << verbose.output;
 }
 
 TEST(ReplayCli, CleanBf16CapturesPass) {
@@ -102,6 +141,9 @@ TEST(ReplayCli, OneCorruptedTapFailsNamingStepSequenceAndStage) {
   EXPECT_NE(r.output.find("step 4, sequence 0: first divergence at L1.attn (layer 1), row 0, column 3"),
             std::string::npos)
       << r.output;
+  // A FAIL keeps its detail: the drafter's settings beside it and the stage walk up to the failure.
+  EXPECT_NE(r.output.find("  drafter reference-fp64 (fp64): drafter=CPU reference"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("    L1.attn         FAIL "), std::string::npos) << r.output;
 }
 
 TEST(ReplayCli, EveryMalformedFixtureExitsTwoWithItsMessage) {

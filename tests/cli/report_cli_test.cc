@@ -35,6 +35,11 @@ TEST(ReportCli, HtmlInAHeadlessBrowserShowsTheFailingStage) {
   EXPECT_NE(dom.find("first divergence: L0.mlp"), std::string::npos);
   EXPECT_NE(dom.find("step 1, sequence 0: first divergence at L0.mlp (layer 0)"), std::string::npos);
   EXPECT_NE(dom.find("class=\"bar pass\" data-stage=\"L0.mlp_norm\""), std::string::npos);
+  // The heat map (step x stage): the planted stage fails at step 1 and passes at the others.
+  EXPECT_NE(dom.find("<svg class=\"heat-map\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find("class=\"cell fail\" data-step=\"1\" data-stage=\"L0.mlp\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find("class=\"cell pass\" data-step=\"0\" data-stage=\"L0.mlp\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find("class=\"cell pass\" data-step=\"2\" data-stage=\"L0.mlp\""), std::string::npos) << dom;
   EXPECT_NE(dom.find("FAIL"), std::string::npos);
   EXPECT_NE(dom.find("PASS"), std::string::npos);  // tiny-mha
 }

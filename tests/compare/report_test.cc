@@ -1,6 +1,7 @@
 // The table, JSON and HTML writers on a replay with one planted fault, and the report reader's
 // refusals.
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -20,16 +21,17 @@ namespace {
 
 using namespace testing_support;
 
-// One sequence, two proposes; the fixture's L0.q of step 1 is corrupted.
-ReplayResult failing_result() {
+// One sequence, `steps` proposes with the scripted expectations (taps included); `planted`
+// corrupts the fixture's L0.q of step 1.
+Fixture scripted_fixture(const std::string& name, int steps, bool planted) {
   Fixture f;
-  f.name = "planted";
+  f.name = name;
   f.expect_precision = "bf16";
   f.config = scripted_config();
   f.head.gamma = 4;
   f.head.ctx_cap = 64;
   f.head.kv_page_size = 4;
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < steps; ++step) {
     ProposeEntry e;
     e.seq = 0;
     e.ctx = Tensor::zeros({3, 4});
@@ -42,18 +44,45 @@ ReplayResult failing_result() {
     for (size_t t = 0; t < scripted_tap_names().size(); ++t) {
       x.taps.push_back({scripted_tap_names()[t], scripted_tap_tensor(0, e.start, static_cast<int>(t), 4)});
     }
-    if (step == 1) x.taps[1].value.row(0)[2] = -7.0f;
+    if (planted && step == 1) x.taps[1].value.row(0)[2] = -7.0f;
     e.expect = x;
     FixtureStep s;
     s.propose = {e};
     f.steps.push_back(s);
   }
+  return f;
+}
+
+// Two proposes, the second's L0.q corrupted in the fixture.
+ReplayResult failing_result() {
+  const Fixture f = scripted_fixture("planted", 2, true);
   ScriptedProposer drafter("reference-fp64", f.head);
   return replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
 }
 
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + name;
+}
+
+TEST(Report, APassingFixtureIsOneTableLine) {
+  const Fixture f = scripted_fixture("clean", 1, false);
+  ScriptedProposer a("reference-fp64", f.head), b("reference-bf16", f.head);
+  const ReplayResult pass = replay_fixture(f, {{&a, Precision::kFp64, true}, {&b, Precision::kBf16, true}}, {{0, 1}});
+  ASSERT_TRUE(pass.passed());
+  ASSERT_GE(pass.pairs.size(), 2u);
+  std::ostringstream out;
+  print_replay_table(out, {pass, failing_result()});
+  const std::string text = out.str();
+  // Header, rule, the passing fixture's one line (its comparisons joined), the failing one's line.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;
+  EXPECT_NE(text.find(pass.pairs[0].label + "; " + pass.pairs[1].label), std::string::npos) << text;
+  std::ostringstream settings;
+  print_drafter_settings(settings, {pass, failing_result()}, false);
+  EXPECT_EQ(settings.str(), "drafter reference-fp64 (fp64) (-v lists its settings)\n"
+                            "drafter reference-bf16 (bf16) (-v lists its settings)\n");
+  std::ostringstream full;
+  print_drafter_settings(full, {pass, failing_result()}, true);
+  EXPECT_NE(full.str().find("drafter reference-fp64 (fp64):\n  rule: scripted\n"), std::string::npos) << full.str();
 }
 
 TEST(Report, TableNamesTheVerdictAndTheFirstDivergence) {
@@ -94,6 +123,13 @@ TEST(Report, JsonRoundTripAndHtmlHighlightsTheFailingStage) {
   EXPECT_NE(html.find("class=\"bar fail first-divergence\" data-stage=\"L0.q\""), std::string::npos);
   EXPECT_NE(html.find("class=\"bar pass\" data-stage=\"embed\""), std::string::npos);
   EXPECT_NE(html.find("first divergence: L0.q"), std::string::npos);
+  // The heat map: one cell per (step, stage); L0.q fails at step 1 only, a stage never compared is grey.
+  EXPECT_NE(html.find("<svg class=\"heat-map\""), std::string::npos) << html;
+  EXPECT_NE(html.find("class=\"cell fail\" data-step=\"1\" data-stage=\"L0.q\""), std::string::npos) << html;
+  EXPECT_NE(html.find("class=\"cell pass\" data-step=\"0\" data-stage=\"L0.q\""), std::string::npos) << html;
+  EXPECT_NE(html.find("class=\"cell pass\" data-step=\"1\" data-stage=\"embed\""), std::string::npos) << html;
+  EXPECT_NE(html.find("class=\"cell none\" data-step=\"0\" data-stage=\"L0.mlp\""), std::string::npos) << html;
+  EXPECT_EQ(html.find("class=\"cell fail\" data-step=\"0\""), std::string::npos) << html;
   EXPECT_NE(html.find("bad file"), std::string::npos);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external resources
   EXPECT_EQ(html.find("<script"), std::string::npos);
