@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/limits.h"
 
 namespace dflash {
 namespace {
@@ -255,6 +256,30 @@ std::vector<int> derive_target_layer_ids(int num_draft_layers, int num_target_la
   return ids;
 }
 
+void check_config_limits(const DrafterConfig& c, const std::string& source) {
+  const auto key = [&](const std::string& name) { return source + ": key '" + name + "'"; };
+  limits::check_at_most(key("hidden_size"), c.hidden_size, limits::kHiddenSize);
+  limits::check_at_most(key("intermediate_size"), c.intermediate_size, limits::kIntermediateSize);
+  limits::check_at_most(key("num_hidden_layers"), c.num_layers, limits::kLayers);
+  limits::check_at_most(key("num_attention_heads"), c.num_heads, limits::kHeads);
+  limits::check_at_most(key("num_key_value_heads"), c.num_kv_heads, limits::kHeads);
+  limits::check_at_most(key("head_dim"), c.head_dim, limits::kHeadDim);
+  limits::check_at_most(key("vocab_size"), c.vocab_size, limits::kVocabSize);
+  limits::check_at_most(key("block_size"), c.block_size, limits::kBlockSize);
+  limits::check_at_most(key("max_position_embeddings"), c.max_position_embeddings, limits::kPositions);
+  limits::check_at_most(key("dflash_config.target_layer_ids") + " count",
+                        static_cast<int64_t>(c.target_layer_ids.size()), limits::kTargetLayers);
+  for (int id : c.target_layer_ids) {
+    limits::check_at_most(key("dflash_config.target_layer_ids") + " entry", id, limits::kTargetLayers - 1);
+  }
+  // nkv·d <= nh·d: num_attention_heads is a multiple of num_key_value_heads.
+  limits::checked_product(key("num_attention_heads") + " x 'head_dim'", c.num_heads, c.head_dim,
+                          limits::kProjectionDim);
+  limits::checked_product(source + ": target layers x target hidden size (nT·Ht)",
+                          static_cast<int64_t>(c.target_layer_ids.size()), c.target_hidden_size,
+                          limits::kCtxFeatureDim);
+}
+
 DrafterConfig parse_drafter_config(const json& config, const std::string& source) {
   if (!config.is_object()) throw bad_input(source + ": the config is not a JSON object");
   refuse_variant_keys(config, source, "");
@@ -290,6 +315,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   require_positive("num_key_value_heads", c.num_kv_heads);
   require_positive("vocab_size", c.vocab_size);
   require_positive("max_position_embeddings", c.max_position_embeddings);
+  check_config_limits(c, source);  // the sizes read so far, before anything is derived from them
   if (!top.has("head_dim") && c.hidden_size % c.num_heads != 0) {
     throw bad_input(source + ": head_dim is absent and hidden_size " + std::to_string(c.hidden_size) +
                     " is not a multiple of num_attention_heads " + std::to_string(c.num_heads));
@@ -390,6 +416,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   const bool has_num_target = top.has("num_target_layers");
   const int num_target_layers = top.int32("num_target_layers", 0);
   if (has_num_target && num_target_layers < 1) throw bad_input(top.where("num_target_layers") + " must be positive");
+  if (has_num_target) limits::check_at_most(top.where("num_target_layers"), num_target_layers, limits::kTargetLayers);
   if (df.has("target_layer_ids")) {
     const json& ids = dflash["target_layer_ids"];
     if (!ids.is_array() || ids.empty())
@@ -400,6 +427,8 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
                         "] is not an integer: " + ids[i].dump());
       }
       c.target_layer_ids.push_back(static_cast<int>(ids[i].get<int64_t>()));
+      limits::check_at_most(df.where("target_layer_ids") + " count", static_cast<int64_t>(c.target_layer_ids.size()),
+                            limits::kTargetLayers);
     }
   } else if (has_num_target) {
     c.target_layer_ids = derive_target_layer_ids(c.num_layers, num_target_layers);
@@ -416,6 +445,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
                       " is past the target's num_target_layers " + std::to_string(num_target_layers));
     }
   }
+  check_config_limits(c, source);
   return c;
 }
 

@@ -1,6 +1,7 @@
 // The drafter's config.json (drafter.md §1): parsed once, validated, every key that changes the
 // math either consumed or refused by name.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,11 +43,16 @@ struct DrafterConfig {
   bool tie_word_embeddings = false;
   int max_position_embeddings = 0;
 
+  // The products are formed in 64-bit; check_config_limits keeps them within int (core/limits.h).
   int num_target_layers() const { return static_cast<int>(target_layer_ids.size()); }  // nT
-  int q_dim() const { return num_heads * head_dim; }
-  int kv_dim() const { return num_kv_heads * head_dim; }
-  int ctx_feature_dim() const { return num_target_layers() * target_hidden_size; }  // nT·Ht
+  int q_dim() const { return static_cast<int>(int64_t{num_heads} * head_dim); }
+  int kv_dim() const { return static_cast<int>(int64_t{num_kv_heads} * head_dim); }
+  int ctx_feature_dim() const { return static_cast<int>(int64_t{num_target_layers()} * target_hidden_size); }  // nT·Ht
 };
+
+// Refuses (bad input prefixed by `source`) a size past its bound in core/limits.h, or a product
+// (nh·d, nT·Ht) past its own; parse_drafter_config and every drafter call it.
+void check_config_limits(const DrafterConfig& config, const std::string& source);
 
 // Parses a config object; `source` (a path) prefixes every error message.
 DrafterConfig parse_drafter_config(const nlohmann::json& json, const std::string& source);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace dflash {
 
@@ -27,6 +28,11 @@ Json parse_json_strict(const std::string& text, const std::string& source) {
   auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event, Json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     if (event == Event::object_start || event == Event::array_start) {
+      // Bounded before anything recursive (dump, copy, compare) walks the value.
+      if (open.size() >= static_cast<size_t>(limits::kJsonDepth)) {
+        throw bad_input(source + ": JSON nested deeper than " + std::to_string(limits::kJsonDepth) +
+                        " levels (the limit, docs/limits.md)");
+      }
       std::string name;
       if (!open.empty()) name = open.back().is_array ? "[]" : last_key;
       open.push_back({event == Event::array_start, {}, name});

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace dflash {
 
@@ -23,10 +24,15 @@ bool parse_precision(const std::string& name, Precision* out) {
   return false;
 }
 
-HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
-  HeadSettings s = *this;
-  if (s.gamma == -1) s.gamma = config.block_size;
-  if (s.gamma < 0) throw bad_input("head: gamma must be >= 0, got " + std::to_string(s.gamma));
+int64_t HeadSettings::pages_for(int64_t window_positions) const {
+  const int64_t pages_per_window = (window_positions + kv_page_size - 1) / kv_page_size + 1;
+  return limits::checked_product("head: pool pages: max_batch x pages per window", max_batch, pages_per_window,
+                                 limits::kPoolPages);
+}
+
+void HeadSettings::check_fields() const {
+  const HeadSettings& s = *this;
+  if (s.gamma < -1) throw bad_input("head: gamma must be >= 0, got " + std::to_string(s.gamma));
   if (s.ctx_cap < 0) throw bad_input("head: ctx_cap must be >= 0, got " + std::to_string(s.ctx_cap));
   if (s.ctx_cap == 0 && !s.uncapped) {
     throw bad_input("head: ctx_cap is 0; an uncapped window must be asked for explicitly (uncapped = true)");
@@ -35,11 +41,28 @@ HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
   if (s.max_batch < 1) throw bad_input("head: max_batch must be >= 1, got " + std::to_string(s.max_batch));
   if (s.kv_page_size < 1) throw bad_input("head: kv_page_size must be >= 1, got " + std::to_string(s.kv_page_size));
   if (s.pool_pages < 0) throw bad_input("head: pool_pages must be >= 0");
+  limits::check_at_most("head: field 'gamma'", s.gamma, limits::kBlockSize);
+  limits::check_at_most("head: field 'ctx_cap'", s.ctx_cap, limits::kCtxCap);
+  limits::check_at_most("head: field 'max_batch'", s.max_batch, limits::kMaxBatch);
+  limits::check_at_most("head: field 'kv_page_size'", s.kv_page_size, limits::kKvPageSize);
+  limits::check_at_most("head: pool_pages", s.pool_pages, limits::kPoolPages);
+}
+
+HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
+  check_config_limits(config, "config");
+  check_fields();
+  HeadSettings s = *this;
+  if (s.gamma == -1) s.gamma = config.block_size;
   if (s.pool_pages == 0) {
     if (s.uncapped) throw bad_input("head: an uncapped window needs an explicit pool_pages");
-    const int64_t pages_per_window = (s.ctx_cap + s.kv_page_size - 1) / s.kv_page_size + 1;
-    s.pool_pages = static_cast<int>(s.max_batch * pages_per_window);
+    s.pool_pages = static_cast<int>(s.pages_for(s.ctx_cap));
   }
+  // Every pool together: K and V of every layer, one nkv·d row per slot.
+  const int64_t slots = int64_t{s.pool_pages} * s.kv_page_size;
+  const int64_t per_layer = limits::checked_product("head: KV cache: pool slots x 2 x nkv·d", slots,
+                                                    2 * int64_t{config.kv_dim()}, limits::kKvCacheElements);
+  limits::checked_product("head: KV cache elements: layers x per-layer elements", config.num_layers, per_layer,
+                          limits::kKvCacheElements);
   return s;
 }
 

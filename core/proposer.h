@@ -35,8 +35,14 @@ struct HeadSettings {
   uint64_t page_order_seed = 0;  // 0: ascending page order; else a fixed shuffled order
   Precision precision = Precision::kFp32;
 
-  // Checks the values and fills the defaults (gamma from the config, pool size).
+  // Checks the values against their bounds (core/limits.h: the KV cache of every pool included)
+  // and fills the defaults (gamma from the config, pool size).
   HeadSettings resolved(const DrafterConfig& config) const;
+  // The fields' own ranges and bounds, nothing derived (resolved() starts with this).
+  void check_fields() const;
+  // Pages per layer pool for max_batch windows of `window_positions` each (a window can straddle
+  // one page more than it fills); refused past limits::kPoolPages.
+  int64_t pages_for(int64_t window_positions) const;
 };
 
 // One sequence's part of a batched propose.

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/limits.h"
 
 namespace dflash {
 
@@ -68,6 +69,7 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
   if (!entry.contains("shape")) throw bad_input(tensor + ": header entry has no 'shape'");
   const auto& shape = entry["shape"];
   if (!shape.is_array()) throw bad_input(tensor + ": 'shape' is not an array");
+  limits::check_at_most(tensor + ": rank of 'shape'", static_cast<int64_t>(shape.size()), limits::kTensorRank);
   uint64_t numel = 1;
   bool numel_overflows = false;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -81,11 +83,13 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
       throw bad_input(tensor + ": dimension " + std::to_string(i) + " of 'shape' is not an integer (" + dim.dump() +
                       ")");
     }
-    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      throw bad_input(tensor + ": dimension " + std::to_string(i) + " of 'shape' is too large (" + dim.dump() + ")");
+    if (d > static_cast<uint64_t>(limits::kTensorDim)) {
+      throw bad_input(tensor + ": dimension " + std::to_string(i) + " of 'shape' = " + dim.dump() +
+                      " exceeds the limit " + std::to_string(limits::kTensorDim) + " (docs/limits.md)");
     }
     info.shape.push_back(static_cast<int64_t>(d));
-    if (__builtin_mul_overflow(numel, d, &numel)) numel_overflows = true;
+    // Every partial product must fit in int64: TensorInfo::numel() forms the same ones.
+    if (__builtin_mul_overflow(numel, d, &numel) || numel > static_cast<uint64_t>(INT64_MAX)) numel_overflows = true;
   }
 
   if (!entry.contains("data_offsets")) throw bad_input(tensor + ": header entry has no 'data_offsets'");
@@ -157,6 +161,10 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   if (header_length > size - 8) {
     throw bad_input(path + ": header length " + std::to_string(header_length) + " runs past the end of the file (" +
                     std::to_string(size) + " bytes; truncated or not a safetensors file)");
+  }
+  if (header_length > limits::kHeaderBytes) {
+    throw bad_input(path + ": header length " + std::to_string(header_length) + " exceeds the limit " +
+                    std::to_string(limits::kHeaderBytes) + " bytes (docs/limits.md)");
   }
   const std::string header_text(reinterpret_cast<const char*>(bytes + 8), header_length);
   const nlohmann::json header = parse_json_strict(header_text, path + ": header");

@@ -113,6 +113,42 @@ Case safetensors_case(std::string name, std::string expected, std::string (*file
 
 ojson& entry(ojson& m, int step, int index) { return m["steps"][step]["propose"][index]; }
 
+// Sequence 0's first context grows to `rows` rows (zeros), its later starts follow and its first
+// expectations go (their shapes would follow the context), so the steps reach a window that long;
+// `head` then sets the head fields under test.
+Case long_context_case(std::string name, std::string expected, int64_t rows, std::function<void(ojson&)> head) {
+  return raw_case(name, expected, [rows, head](const std::string& dir) {
+    std::vector<std::string> dropped;
+    int64_t added = 0;
+    edit_json(manifest(dir), [&](ojson& m) {
+      for (const auto& item : entry(m, 0, 0)["expect"].items()) {
+        if (item.value().is_string()) dropped.push_back(item.value().get<std::string>());
+        if (item.value().is_object()) {
+          for (const auto& tap : item.value().items()) dropped.push_back(tap.value().get<std::string>());
+        }
+      }
+      entry(m, 0, 0).erase("expect");
+      added = rows - entry(m, 0, 0)["start"].get<int64_t>();
+      for (ojson& step : m["steps"]) {
+        if (!step.contains("propose")) continue;
+        for (ojson& e : step["propose"]) {
+          if (e["seq"] == 0) e["start"] = e["start"].get<int64_t>() + added;
+        }
+      }
+      head(m["head"]);
+    });
+    edit_safetensors(trace(dir), [&](ojson& h, std::vector<uint8_t>& data) {
+      for (const std::string& name : dropped) h.erase(name);
+      ojson& ctx = h["s0.q0.ctx"];
+      const int64_t features = ctx["shape"][1].get<int64_t>();
+      const uint64_t bytes = static_cast<uint64_t>(rows * features * (ctx["dtype"] == "BF16" ? 2 : 4));
+      ctx["shape"][0] = rows;  // the rows, zeros, at the end of the data area
+      ctx["data_offsets"] = {data.size(), data.size() + bytes};
+      data.resize(data.size() + bytes);
+    });
+  });
+}
+
 std::vector<MalformedCase> build_cases() {
   return {
       // ---- safetensors files ----
@@ -166,6 +202,34 @@ std::vector<MalformedCase> build_cases() {
                        [](ojson& h, std::vector<uint8_t>&) {
                          h["s0.q0.logits"]["shape"] = {-7, 400};
                        }),
+      safetensors_case("element-count-overflows",
+                       "tensor 's0.q0.drafts': byte span 28 of data_offsets does not match shape [1099511627776, "
+                       "8388608, 0] x 4 bytes (I32): the element count overflows",
+                       trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         // A partial product of 2^63 before the zero: no size may be formed from it.
+                         h["s0.q0.drafts"]["shape"] = {uint64_t{1} << 40, uint64_t{1} << 23, 0};
+                       }),
+      raw_case("header-length-over-limit",
+               "trace.safetensors: header length 209715200 exceeds the limit 104857600 bytes",
+               [](const std::string& dir) {
+                 // A sparse file: the length is inside the file, the bytes are never written.
+                 const uint64_t n = 200u << 20;
+                 std::vector<uint8_t> bytes(8);
+                 std::memcpy(bytes.data(), &n, 8);
+                 write_bytes(trace(dir), bytes);
+                 fs::resize_file(trace(dir), 8 + n);
+               }),
+      safetensors_case("rank-over-limit", "tensor 's0.q0.logits': rank of 'shape' = 9 exceeds the limit 8", trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["s0.q0.logits"]["shape"] = {1, 1, 1, 1, 1, 1, 1, 7, 400};
+                       }),
+      safetensors_case("dim-over-limit",
+                       "tensor 's0.q0.logits': dimension 1 of 'shape' = 2199023255553 exceeds the limit 1099511627776",
+                       trace,
+                       [](ojson& h, std::vector<uint8_t>&) {
+                         h["s0.q0.logits"]["shape"] = {0, (uint64_t{1} << 41) + 1};
+                       }),
 
       // ---- fixture.json ----
       raw_case("fixture-bad-json", "fixture.json: not valid JSON",
@@ -179,6 +243,13 @@ std::vector<MalformedCase> build_cases() {
                  std::ifstream in(manifest(dir));
                  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
                  text.replace(text.find('{'), 1, "{\"version\": 1,");
+                 write_text(manifest(dir), text);
+               }),
+      raw_case("json-too-deep", "fixture.json: JSON nested deeper than 64 levels",
+               [](const std::string& dir) {
+                 std::ifstream in(manifest(dir));
+                 std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                 text.replace(text.find('{'), 1, "{\"deep\": " + std::string(100, '[') + std::string(100, ']') + ",");
                  write_text(manifest(dir), text);
                }),
       manifest_case("missing-field", "fixture.json: missing required field 'trace'",
@@ -280,6 +351,38 @@ std::vector<MalformedCase> build_cases() {
       manifest_case("propose-and-release", "steps[3]: a step has exactly one of 'propose' and 'release'",
                     [](ojson& m) { m["steps"][3]["propose"] = ojson::array(); }),
 
+      // ---- bounds on the fixture's sizes (core/limits.h) ----
+      manifest_case("start-over-limit",
+                    "field 'steps[0].propose[0].start' (seq 0) = 3000000000 exceeds the limit 2147483648",
+                    [](ojson& m) { entry(m, 0, 0)["start"] = 3000000000LL; }),
+      manifest_case("gamma-over-limit", "fixture.json: head: field 'gamma' = 5000 exceeds the limit 1024",
+                    [](ojson& m) { m["head"]["gamma"] = 5000; }),
+      manifest_case("ctx-cap-over-limit",
+                    "fixture.json: head: field 'ctx_cap' = 1000000000000 exceeds the limit 16777216",
+                    [](ojson& m) { m["head"]["ctx_cap"] = 1000000000000LL; }),
+      manifest_case("max-batch-over-limit", "fixture.json: head: field 'max_batch' = 100000 exceeds the limit 1024",
+                    [](ojson& m) { m["head"]["max_batch"] = 100000; }),
+      manifest_case("kv-page-size-over-limit",
+                    "fixture.json: head: field 'kv_page_size' = 100000 exceeds the limit 4096",
+                    [](ojson& m) { m["head"]["kv_page_size"] = 100000; }),
+      long_context_case("pool-pages-over-limit",
+                        "fixture.json: head: pool pages: max_batch x pages per window = 1024 x 20009 = 20489216 "
+                        "exceeds the limit 16777216",
+                        20000,
+                        [](ojson& head) {
+                          head["ctx_cap"] = 100000;
+                          head["max_batch"] = 1024;
+                          head["kv_page_size"] = 1;
+                        }),
+      long_context_case("kv-cache-over-limit",
+                        "fixture.json: head: KV cache elements: layers x per-layer elements = 2 x 1312817152 = "
+                        "2625634304 exceeds the limit 2147483648",
+                        20000,
+                        [](ojson& head) {
+                          head["ctx_cap"] = 100000;
+                          head["max_batch"] = 1024;
+                        }),
+
       // ---- the drafter config ----
       config_case("sliding-window", "key 'use_sliding_window' is true with sliding_window 4096",
                   [](ojson& c) {
@@ -294,6 +397,54 @@ std::vector<MalformedCase> build_cases() {
                   [](ojson& c) { c["partial_rotary_factor"] = 0.5; }),
       config_case("missing-mask-token", "key 'dflash_config.mask_token_id' is missing",
                   [](ojson& c) { c["dflash_config"].erase("mask_token_id"); }),
+
+      // ---- bounds on the config's sizes (core/limits.h) ----
+      config_case("hidden-size-over-limit", "config.json: key 'hidden_size' = 70000 exceeds the limit 65536",
+                  [](ojson& c) { c["hidden_size"] = 70000; }),
+      config_case("intermediate-size-over-limit",
+                  "config.json: key 'intermediate_size' = 300000 exceeds the limit 262144",
+                  [](ojson& c) { c["intermediate_size"] = 300000; }),
+      config_case("layers-over-limit", "config.json: key 'num_hidden_layers' = 300 exceeds the limit 256",
+                  [](ojson& c) { c["num_hidden_layers"] = 300; }),
+      config_case("heads-over-limit", "config.json: key 'num_attention_heads' = 65536 exceeds the limit 1024",
+                  [](ojson& c) {
+                    // nh·d wraps a 32-bit int to 0: refused by its own bound first.
+                    c["num_attention_heads"] = 65536;
+                    c["num_key_value_heads"] = 65536;
+                    c["head_dim"] = 65536;
+                  }),
+      config_case("kv-heads-over-limit", "config.json: key 'num_key_value_heads' = 2048 exceeds the limit 1024",
+                  [](ojson& c) { c["num_key_value_heads"] = 2048; }),
+      config_case("head-dim-over-limit", "config.json: key 'head_dim' = 2048 exceeds the limit 1024",
+                  [](ojson& c) { c["head_dim"] = 2048; }),
+      config_case("q-dim-over-limit",
+                  "config.json: key 'num_attention_heads' x 'head_dim' = 1024 x 1024 = 1048576 exceeds the limit 262144",
+                  [](ojson& c) {
+                    c["num_attention_heads"] = 1024;
+                    c["head_dim"] = 1024;
+                  }),
+      config_case("vocab-over-limit", "config.json: key 'vocab_size' = 5000000 exceeds the limit 4194304",
+                  [](ojson& c) { c["vocab_size"] = 5000000; }),
+      config_case("block-size-over-limit", "config.json: key 'block_size' = 2000 exceeds the limit 1024",
+                  [](ojson& c) { c["block_size"] = 2000; }),
+      config_case("num-target-layers-over-limit", "config.json: key 'num_target_layers' = 5000 exceeds the limit 1024",
+                  [](ojson& c) { c["num_target_layers"] = 5000; }),
+      config_case("target-layer-id-over-limit",
+                  "config.json: key 'dflash_config.target_layer_ids' entry = 5000 exceeds the limit 1023",
+                  [](ojson& c) {
+                    c.erase("num_target_layers");
+                    c["dflash_config"]["target_layer_ids"] = {2, 5000};
+                  }),
+      config_case("target-layer-count-over-limit",
+                  "config.json: key 'dflash_config.target_layer_ids' count = 1025 exceeds the limit 1024",
+                  [](ojson& c) { c["dflash_config"]["target_layer_ids"] = std::vector<int>(1025, 2); }),
+      config_case("ctx-features-over-limit",
+                  "config.json: target layers x target hidden size (nT·Ht) = 100 x 65536 = 6553600 exceeds the limit "
+                  "4194304",
+                  [](ojson& c) {
+                    c["hidden_size"] = 65536;
+                    c["dflash_config"]["target_layer_ids"] = std::vector<int>(100, 2);
+                  }),
 
       // ---- the drafter checkpoint and the target ----
       safetensors_case("missing-drafter-tensor",
