@@ -2,6 +2,7 @@
 // fixture.json, sharded indexes). nlohmann keeps the last of two equal keys silently, which would
 // let a file say two things at once; these helpers refuse duplicate keys at any depth instead.
 #pragma once
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -66,6 +67,11 @@ Json parse_json_strict(const std::string& text, const std::string& source) {
 
 // The whole file as text; an unreadable file is an error naming it.
 inline std::string read_text_file(const std::string& path) {
+  // Only regular files: reading a FIFO or a device named by a hostile path could block forever.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw bad_input(path + ": not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw bad_input(path + ": cannot open the file");
   std::ostringstream text;

@@ -137,7 +137,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw bad_input(path + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -413,6 +414,10 @@ TensorStore TensorStore::open(const std::string& path) {
       throw bad_input(file_path + ": weight_map entry " + in_quotes(item.key()) + " is not a string (shard file name)");
     }
     const std::string shard = item.value().get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      throw bad_input(file_path + ": weight_map maps tensor " + in_quotes(item.key()) + " to " + in_quotes(shard) +
+                      ", which is not a file name beside the index");
+    }
     auto it = shards.find(shard);
     if (it == shards.end()) {
       const fs::path shard_path = base / shard;

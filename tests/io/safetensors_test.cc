@@ -1,8 +1,10 @@
 // The safetensors reader and writer: round trips for every dtype, exact conversions, the layout
 // the writer promises, header validation beyond the shared malformed table, sharded checkpoints.
+#include "core/config.h"
 #include "core/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -263,6 +265,20 @@ TEST_F(ShardedStore, IndexDefectsAreNamed) {
   EXPECT_BAD_INPUT(TensorStore::open(dir.path()), "missing 'weight_map'");
   std::ofstream(dir / "model.safetensors.index.json") << R"({"weight_map": {"a.weight": "x", "a.weight": "y"}})";
   EXPECT_BAD_INPUT(TensorStore::open(dir.path()), "duplicate key 'a.weight' inside 'weight_map'");
+  for (const char* shard : {"../model-00001-of-00002.safetensors", "/etc/hostname", "", ".."}) {
+    SCOPED_TRACE(shard);
+    write_index({{"a.weight", shard}});
+    EXPECT_BAD_INPUT(TensorStore::open(dir.path()), "which is not a file name beside the index");
+  }
+}
+
+TEST(HostilePaths, FifosAreRefusedWithoutBlocking) {
+  // Opening or reading a FIFO with no writer would block forever; both readers refuse it first.
+  TempDir dir;
+  ASSERT_EQ(mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
+  EXPECT_BAD_INPUT(SafetensorsFile::open(dir / "model.safetensors"), "model.safetensors: not a regular file");
+  ASSERT_EQ(mkfifo((dir / "config.json").c_str(), 0600), 0);
+  EXPECT_BAD_INPUT(load_drafter_config(dir.path()), "config.json: not a regular file");
 }
 
 TEST(TensorStoreOpen, DirectoryFormsAreResolvedOrRefused) {
