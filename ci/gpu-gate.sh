@@ -32,9 +32,19 @@
 #     --bench-only skips every test and the default benchmark (for such
 #     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
 #     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out.
+#     Every pass also injects a device-allocation failure and a kernel-launch failure into one
+#     replay (DFLASH_CUDA_FAULT, cuda/cuda_check.h): each must exit 125 or 2 naming the failed
+#     call, with the JSON report written.
+#     --sanitize runs compute-sanitizer instead of everything else (its own call: the tools slow
+#     the kernels tenfold and more): memcheck, racecheck, synccheck and initcheck, each over a
+#     subset of gpu_drafter_test (graph replay against eager in fp8 at head_dim 64 and 16, the
+#     failed-propose paths, the layer chain; racecheck and synccheck the graph replay at head_dim
+#     64 and the layer chain only) and over one replay of fixtures/oracle/tiny-gqa on the CUDA
+#     drafter in fp8; any report fails the gate. --sanitize-filter FILTER replaces the gtest filter.
 #     Exit 0 when every step passed, 1 otherwise.
 # Example (from the lead's session):
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
+#   then run(command="ci/gpu-gate.sh --remote --sanitize", carry=[".gpu"], timeout_s=600)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -47,6 +57,8 @@ sweeps=()
 sweeps_without=()
 sweep_batches="1"
 bench_only=0
+sanitize=0
+sanitize_filter=""
 gemm_bench=1
 build_dir=build-cuda
 out_dir=${OUT:-}
@@ -62,13 +74,15 @@ while (($#)); do
     --sweep-without) sweeps_without+=("$2"); shift ;;
     --sweep-batches) sweep_batches=$2; shift ;;
     --bench-only) bench_only=1 ;;
+    --sanitize) sanitize=1 ;;
+    --sanitize-filter) sanitize_filter=$2; shift ;;
     --no-gemm-bench) gemm_bench=0 ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_drafter_test gpu_vs_reference_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test)
 property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
@@ -162,11 +176,75 @@ run_pass() {
         status=1
       fi
     done
+    fault_replay "$label" alloc:1 125 cudaErrorMemoryAllocation
+    fault_replay "$label" launch:3 2 cudaErrorLaunchFailure
   fi
 }
 
+# fault_replay LABEL FAULT EXIT ERROR: one replay on the CUDA drafter with DFLASH_CUDA_FAULT=FAULT
+# must exit EXIT, print ERROR, and still write its JSON report with the fixture's error in it.
+fault_replay() {
+  local label=$1 fault=$2 want=$3 error=$4 json="$out_dir/fault.json" rc
+  rm -f "$json"
+  DFLASH_CUDA_FAULT="$fault" .gpu/dflash-harness replay fixtures/oracle/tiny-mha --backend cuda --precision fp8 \
+    --json "$json" >"$out_dir/fault.log" 2>&1
+  rc=$?
+  if ((rc == want)) && grep -q "$error" "$out_dir/fault.log" && [ -f "$json" ] &&
+     grep -q "\"exit_code\": $want" "$json" && grep -q "$error" "$json"; then
+    note "PASS ${label}fault $fault: exit $rc, named in the output and the JSON report"
+  else
+    note "FAIL ${label}fault $fault: exit $rc (want $want, '$error' in the output and the JSON report)"
+    tail -n 5 "$out_dir/fault.log" | tee -a "$summary"
+    status=1
+  fi
+  rm -f "$json" "$out_dir/fault.log"
+}
+
+# sanitize_run TOOL LABEL COMMAND...: COMMAND under compute-sanitizer --tool TOOL; any report, a
+# failed test, a skipped test or the time limit fails the gate.
+sanitize_run() {
+  local tool=$1 label=$2 log rc start
+  shift 2
+  log="$out_dir/sanitize-$tool.log"
+  start=$(date +%s)
+  echo "=== $tool: $label" >>"$log"
+  timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 "$@" >>"$log" 2>&1
+  rc=$?
+  if ((rc == 0)) && ! grep -q "SKIPPED \] [0-9]" "$log"; then
+    note "PASS compute-sanitizer $tool: $label ($(($(date +%s) - start)) s)"
+  else
+    note "FAIL compute-sanitizer $tool: $label (exit $rc$( ((rc == 124)) && echo ': timed out'), see sanitize-$tool.log)"
+    grep -E "^========= (Invalid|Race|Barrier|Uninitialized|Program hit|ERROR SUMMARY)|FAILED" "$log" | head -10 | tee -a "$summary"
+    status=1
+  fi
+}
+
+if ((sanitize)); then
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$sanitizer" ]; then
+    note "FAIL --sanitize: no compute-sanitizer on this machine"
+    note "gpu-gate: FAIL"
+    exit 1
+  fi
+  note "compute-sanitizer: $("$sanitizer" --version | tail -1)"
+  full_filter=${sanitize_filter:-"Variants/DrafterGpu.GraphReplayIsBitIdenticalToEager/0:Variants/DrafterGpu.GraphReplayIsBitIdenticalToEager/2:DrafterGpuErrors.FailedProposesLeaveEverySequenceUnchanged:DrafterGpuErrors.LaunchLeversChangeNoBit"}
+  short_filter=${sanitize_filter:-"Variants/DrafterGpu.GraphReplayIsBitIdenticalToEager/0:DrafterGpuErrors.LaunchLeversChangeNoBit"}
+  for tool in memcheck racecheck synccheck initcheck; do
+    filter=$full_filter
+    [ "$tool" = racecheck ] || [ "$tool" = synccheck ] && filter=$short_filter
+    sanitize_run "$tool" "gpu_drafter_test $filter" .gpu/gpu_drafter_test --gtest_filter="$filter"
+    [ -x .gpu/dflash-harness ] &&
+      sanitize_run "$tool" "replay tiny-gqa --backend cuda --precision fp8" \
+        .gpu/dflash-harness replay fixtures/oracle/tiny-gqa --backend cuda --precision fp8
+  done
+  # The logs come back only when something failed (at most 8 files return from the device).
+  grep -q "FAIL compute-sanitizer" "$summary" || rm -f "$out_dir"/sanitize-*.log
+  note "gpu-gate: $( ((status == 0)) && echo PASS || echo FAIL )"
+  exit $status
+fi
+
 if ((bench_only == 0)); then
-  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test; do run_test "" "$t" "*"; done
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
   run_pass ""
 
   bench_args=(--markdown "$out_dir/benchmarks.md")

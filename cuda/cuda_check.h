@@ -13,6 +13,16 @@
 namespace dflash {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+
+// Test-only fault injection: the n-th device allocation (counted from the last set_cuda_fault, or
+// from the start of the process) reports cudaErrorMemoryAllocation without allocating, or the
+// n-th kernel launch reports cudaErrorLaunchFailure (launched through launch.cuh: not launched).
+// Set by set_cuda_fault or, for whole programs, DFLASH_CUDA_FAULT=alloc:N|launch:N. Off otherwise;
+// tests/gpu/fault_gpu_test.cc and ci/gpu-gate.sh use it to check the errors that follow.
+enum class CudaFaultSite { kAlloc, kLaunch };
+void set_cuda_fault(CudaFaultSite site, long long nth);  // nth 0: off
+void clear_cuda_fault();
+bool cuda_fault_due(CudaFaultSite site);  // counts one event at `site`; true for the chosen one
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
 namespace cuda_check_detail {
@@ -28,5 +38,7 @@ inline void check(cublasStatus_t status, const char* call, const char* file, int
 
 #define DFLASH_CUDA_CHECK(call) ::dflash::cuda_check_detail::check((call), #call, __FILE__, __LINE__)
 // After every kernel launch: launch-configuration errors surface here, with the kernel's name.
-#define DFLASH_CUDA_CHECK_LAUNCH(kernel_name) \
-  ::dflash::cuda_check_detail::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+#define DFLASH_CUDA_CHECK_LAUNCH(kernel_name)                                                                   \
+  ::dflash::cuda_check_detail::check(                                                                           \
+      ::dflash::cuda_fault_due(::dflash::CudaFaultSite::kLaunch) ? cudaErrorLaunchFailure : cudaGetLastError(), \
+      "launch of " kernel_name, __FILE__, __LINE__)

@@ -31,7 +31,8 @@ class DeviceBuffer {
   void allocate(size_t count) {
     reset();
     if (count == 0) return;
-    DFLASH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+    DFLASH_CUDA_CHECK(cuda_fault_due(CudaFaultSite::kAlloc) ? cudaErrorMemoryAllocation
+                                                             : cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
     count_ = count;
     DFLASH_CUDA_CHECK(cudaMemset(data_, 0, count * sizeof(T)));
     // The memset runs on the legacy default stream, which non-blocking streams do not wait for.

@@ -45,7 +45,9 @@ void launch_with_attributes(const char* what, void (*kernel)(Params...), dim3 gr
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = count;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  const cudaError_t status = cuda_fault_due(CudaFaultSite::kLaunch)
+                                 ? cudaErrorLaunchFailure
+                                 : cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
   if (status != cudaSuccess) throw_cuda_error(status, what, __FILE__, __LINE__);
   DFLASH_CUDA_CHECK(cudaGetLastError());
 }
