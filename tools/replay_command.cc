@@ -38,9 +38,11 @@ int run_replay(const ReplayArgs& args) {
       results.push_back(read_and_replay(path, request));
       progress.finish();
       json_results.push_back(replay_result_to_json(results.back()));
-    } catch (const HarnessError& e) {
+    } catch (const std::exception& e) {
+      // read_and_replay names the fixture in whatever it throws; the run goes on to the next one.
       progress.finish();
-      const int code = exit_code_for(e.kind());
+      const auto* harness_error = dynamic_cast<const HarnessError*>(&e);
+      const int code = harness_error ? exit_code_for(harness_error->kind()) : kExitBadInput;
       std::cerr << "error: " << e.what() << "\n";
       json_errors.push_back(replay_error_to_json(path, e.what(), code));
       (code == kExitCannotRun ? cannot_run_seen : bad_input_seen) = true;

@@ -1,13 +1,30 @@
 #include "tools/run_replay.h"
 
+#include <exception>
+#include <new>
+
+#include "core/error.h"
+
 namespace dflash {
 
 ReplayResult read_and_replay(const std::string& path, const ReplayRequest& request,
                              const std::function<void(const Fixture&)>& prepare) {
-  Fixture fixture = read_fixture(path);
-  if (prepare) prepare(fixture);
-  DrafterSet drafters = make_drafters(fixture, request.backend, request.precision);
-  return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, request.options);
+  // Whatever escapes one fixture becomes its error, naming it, so a run over many goes on to the
+  // next (HarnessErrors already name what they are about and keep their kind).
+  try {
+    Fixture fixture = read_fixture(path);
+    if (prepare) prepare(fixture);
+    DrafterSet drafters = make_drafters(fixture, request.backend, request.precision);
+    return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, request.options);
+  } catch (const HarnessError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw bad_input(path + ": out of memory (std::bad_alloc) while reading or replaying this fixture");
+  } catch (const std::exception& e) {
+    throw bad_input(path + ": unexpected error while reading or replaying this fixture: " + e.what());
+  } catch (...) {
+    throw bad_input(path + ": an unknown exception while reading or replaying this fixture");
+  }
 }
 
 }  // namespace dflash

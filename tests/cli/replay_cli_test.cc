@@ -160,6 +160,29 @@ TEST(ReplayCli, EveryMalformedFixtureExitsTwoWithItsMessage) {
   }
 }
 
+TEST(ReplayCli, BadFixturesNeverStopARun) {
+  // Every malformed case, then a good fixture, in one run: each bad one is its own error in the
+  // JSON report naming its directory, and the good one still runs and passes.
+  const auto& cases = dflash::testing::malformed_cases();
+  const std::string work = scratch_dir("malformed-run");
+  const std::string json_path = scratch_dir("malformed-run-out") + "/report.json";
+  std::vector<std::string> args = {"replay", "--json", json_path};
+  for (const auto& c : cases) args.push_back(c.build(work));
+  args.push_back(kOracleDir + "/tiny-mha");
+  const RunResult r = run_harness(args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(read_file(json_path));
+  ASSERT_EQ(doc["results"].size(), 1u) << r.output;
+  EXPECT_EQ(doc["results"][0]["verdict"], "pass");
+  ASSERT_EQ(doc["errors"].size(), cases.size()) << r.output;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(doc["errors"][i]["fixture"], args[3 + i]);
+    EXPECT_EQ(doc["errors"][i]["exit_code"], 2);
+    EXPECT_NE(doc["errors"][i]["error"].get<std::string>().find(cases[i].expected), std::string::npos)
+        << cases[i].name << ": " << doc["errors"][i]["error"];
+  }
+}
+
 TEST(ReplayCli, CudaBackendInACpuBuildCannotRunHere) {
 #if DFLASH_HAVE_CUDA
   GTEST_SKIP() << "this build has the CUDA drafter; exit 125 is for builds without it";
