@@ -1,6 +1,7 @@
 #include "reference/thread_pool.h"
 
 #include <atomic>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -37,6 +38,25 @@ TEST(ThreadPool, RethrowsAndStaysUsable) {
   done = 0;
   pool.run(10, [&](size_t) { done++; });
   EXPECT_EQ(done.load(), 10);
+}
+
+TEST(ThreadPool, SurvivesAnExceptionInEveryTaskOnEveryThread) {
+  // Every task throws, so the workers throw as well as the caller; one exception comes back, the
+  // pool runs the next batch normally, and it shuts down cleanly.
+  ThreadPool pool(4);
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<int> started{0};
+    EXPECT_THROW(pool.run(64,
+                          [&](size_t) {
+                            started++;
+                            throw std::bad_alloc();
+                          }),
+                 std::bad_alloc);
+    EXPECT_EQ(started.load(), 64);
+    std::atomic<int> done{0};
+    pool.run(64, [&](size_t) { done++; });
+    EXPECT_EQ(done.load(), 64);
+  }
 }
 
 TEST(ThreadPool, RefusesZeroThreads) { EXPECT_THROW(ThreadPool(0), HarnessError); }
