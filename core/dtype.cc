@@ -9,7 +9,7 @@ size_t dtype_size(DType dtype) {
     case DType::kBF16: case DType::kF16: return 2;
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF64: case DType::kI64: return 8;
-    case DType::kF8E4M3: return 1;
+    case DType::kF8E4M3: case DType::kU8: return 1;
   }
   return 0;
 }
@@ -23,6 +23,7 @@ const char* dtype_name(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kU8: return "U8";
   }
   return "?";
 }
@@ -30,7 +31,7 @@ const char* dtype_name(DType dtype) {
 bool parse_dtype(const std::string& name, DType* out) {
   static const struct { const char* name; DType dtype; } kTable[] = {
       {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
-      {"I32", DType::kI32}, {"I64", DType::kI64}, {"F8_E4M3", DType::kF8E4M3}};
+      {"I32", DType::kI32}, {"I64", DType::kI64}, {"F8_E4M3", DType::kF8E4M3}, {"U8", DType::kU8}};
   for (const auto& entry : kTable) {
     if (name == entry.name) { *out = entry.dtype; return true; }
   }

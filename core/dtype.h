@@ -7,11 +7,11 @@
 
 namespace dflash {
 
-enum class DType { kBF16, kF16, kF32, kF64, kI32, kI64, kF8E4M3 };
+enum class DType { kBF16, kF16, kF32, kF64, kI32, kI64, kF8E4M3, kU8 };
 
 // Size in bytes of one element.
 size_t dtype_size(DType dtype);
-// Safetensors spelling: "BF16", "F16", "F32", "F64", "I32", "I64", "F8_E4M3".
+// Safetensors spelling: "BF16", "F16", "F32", "F64", "I32", "I64", "F8_E4M3", "U8".
 const char* dtype_name(DType dtype);
 // Parses the safetensors spelling; returns false for anything else (the caller names the tensor).
 bool parse_dtype(const std::string& name, DType* out);

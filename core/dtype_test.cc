@@ -38,7 +38,7 @@ TEST(F16, DecodesNormalsSubnormalsAndSpecials) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kF8E4M3}) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kF8E4M3, DType::kU8}) {
     DType parsed;
     ASSERT_TRUE(parse_dtype(dtype_name(d), &parsed));
     EXPECT_EQ(parsed, d);

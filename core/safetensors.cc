@@ -63,7 +63,7 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
   if (!dtype.is_string()) throw bad_input(tensor + ": 'dtype' is not a string");
   if (!parse_dtype(dtype.get<std::string>(), &info.dtype)) {
     throw bad_input(tensor + ": unsupported dtype " + in_quotes(dtype.get<std::string>()) +
-                    " (supported: BF16, F16, F32, F64, I32, I64, F8_E4M3)");
+                    " (supported: BF16, F16, F32, F64, I32, I64, F8_E4M3, U8)");
   }
 
   if (!entry.contains("shape")) throw bad_input(tensor + ": header entry has no 'shape'");

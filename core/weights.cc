@@ -89,23 +89,105 @@ std::optional<std::string> find_target_name(const TensorStore& store, const std:
   return std::nullopt;
 }
 
-// A target directory (or the directory of a sharded index) may carry its config.json.
-bool target_config_says_tied(const std::string& path) {
+// The directory of a target path (a directory, or the directory of a sharded index) where its
+// config.json / hf_quant_config.json may lie; none for a single .safetensors file.
+std::optional<fs::path> target_dir_of(const std::string& path) {
   std::error_code ec;
-  fs::path dir;
-  if (fs::is_directory(path, ec))
-    dir = path;
-  else if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)
-    dir = fs::path(path).parent_path();
-  else
-    return false;
-  const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path, ec)) return false;
-  const nlohmann::json config = read_json_file_strict(config_path.string());
-  if (!config.is_object() || !config.contains("tie_word_embeddings")) return false;
-  const auto& tied = config["tie_word_embeddings"];
-  if (!tied.is_boolean()) throw bad_input(config_path.string() + ": key 'tie_word_embeddings' must be true or false");
+  if (fs::is_directory(path, ec)) return fs::path(path);
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) return fs::path(path).parent_path();
+  return std::nullopt;
+}
+
+// The target directory's config.json, if there is one.
+std::optional<nlohmann::json> target_config_json(const std::string& path) {
+  const auto dir = target_dir_of(path);
+  std::error_code ec;
+  if (!dir || !fs::exists(*dir / "config.json", ec)) return std::nullopt;
+  return read_json_file_strict((*dir / "config.json").string());
+}
+
+bool target_config_says_tied(const std::string& path) {
+  const auto config = target_config_json(path);
+  if (!config || !config->is_object() || !config->contains("tie_word_embeddings")) return false;
+  const auto& tied = (*config)["tie_word_embeddings"];
+  if (!tied.is_boolean()) {
+    throw bad_input((*target_dir_of(path) / "config.json").string() + ": key 'tie_word_embeddings' must be true or false");
+  }
   return tied.get<bool>();
+}
+
+// What declares the lm_head's format: the fixture's fields, else the target directory's
+// config.json quantization_config and hf_quant_config.json (both, when both are there, must agree).
+LmHeadDeclaration declare_lm_head(const TargetSource& target) {
+  const std::string fixture_where = target.manifest + ": target";
+  std::optional<LmHeadDeclaration> from_fixture_config;
+  if (!target.quantization_config.is_null()) {
+    from_fixture_config = declaration_from_quantization_config(target.quantization_config,
+                                                               fixture_where + ".quantization_config");
+  }
+  if (!target.lm_head_format.empty()) {
+    const bool nvfp4 = target.lm_head_format == "nvfp4";
+    if (from_fixture_config && from_fixture_config->nvfp4 != nvfp4) {
+      throw bad_input(fixture_where + ".lm_head_format is " + in_quotes(target.lm_head_format) + " but " +
+                      from_fixture_config->source + (from_fixture_config->nvfp4 ? " declares" : " does not declare") +
+                      " an NVFP4 lm_head");
+    }
+    return {nvfp4, fixture_where + ".lm_head_format"};
+  }
+  if (from_fixture_config) return *from_fixture_config;
+
+  std::vector<LmHeadDeclaration> found;
+  if (const auto config = target_config_json(target.path); config && config->is_object() &&
+                                                           config->contains("quantization_config")) {
+    found.push_back(declaration_from_quantization_config(
+        (*config)["quantization_config"], (*target_dir_of(target.path) / "config.json").string() + ": quantization_config"));
+  }
+  std::error_code ec;
+  if (const auto dir = target_dir_of(target.path); dir && fs::exists(*dir / "hf_quant_config.json", ec)) {
+    const std::string path = (*dir / "hf_quant_config.json").string();
+    found.push_back(declaration_from_hf_quant_config(read_json_file_strict(path), path));
+  }
+  if (found.size() == 2 && found[0].nvfp4 != found[1].nvfp4) {
+    throw bad_input("target " + target.path + ": " + found[0].source + " and " + found[1].source +
+                    " disagree on whether the lm_head is NVFP4");
+  }
+  if (found.empty()) return {false, "target " + target.path + ": no quantization declaration"};
+  return found.front();
+}
+
+// The target's head: NVFP4 when declared and stored so (they must agree), else a float tensor.
+void load_lm_head(const DrafterConfig& config, const TargetSource& target, const TensorStore& store,
+                  const std::string& name, DrafterWeights* w) {
+  const LmHeadDeclaration declaration = declare_lm_head(target);
+  const NvFp4Names names = target.nvfp4_names ? *target.nvfp4_names : NvFp4Names::beside(name);
+  const std::string prefix = module_of(name);
+  for (const char* other : {".weight_packed", ".weight_global_scale"}) {
+    if (store.has(prefix + other)) {
+      throw bad_input("target " + store.description() + ": tensor " + in_quotes(prefix + other) +
+                      " is compressed-tensors NVFP4, which is not supported (only ModelOpt's layout is)");
+    }
+  }
+  const DType dtype = store.file_of(name).info(name).dtype;
+  if (dtype == DType::kU8) {
+    if (!declaration.nvfp4) {
+      throw bad_input("target " + store.description() + ": lm_head " + in_quotes(name) +
+                      " is U8 (packed NVFP4?) but nothing declares an NVFP4 lm_head (" + declaration.source + ")");
+    }
+    w->lm_head_nvfp4 = load_nvfp4_head(store, names, config.vocab_size, config.hidden_size);
+    return;
+  }
+  if (declaration.nvfp4) {
+    throw bad_input("target " + store.description() + ": " + declaration.source + " declares an NVFP4 lm_head but " +
+                    in_quotes(name) + " has dtype " + dtype_name(dtype) + " (NVFP4 needs U8)");
+  }
+  for (const std::string& scale : {names.weight_scale, names.weight_scale_2}) {
+    if (store.has(scale)) {
+      throw bad_input("target " + store.description() + ": tensor " + in_quotes(scale) + " is present but " +
+                      declaration.source + " declares no NVFP4 lm_head and " + in_quotes(name) + " is " +
+                      dtype_name(dtype) + "; declaration and tensors must agree");
+    }
+  }
+  w->lm_head = read_weight(store.file_of(name), name, {config.vocab_size, config.hidden_size}, "target");
 }
 
 void check_shape(const std::string& what, const Tensor& t, const std::vector<int64_t>& shape) {
@@ -174,14 +256,22 @@ DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::stri
     throw bad_input("target " + target_store.description() + ": embed_tokens " + in_quotes(target.embed_tokens_name) +
                     " not found (also tried with/without the 'model.' prefix)");
   }
+  if (target_store.file_of(*embed_name).info(*embed_name).dtype == DType::kU8 ||
+      target_store.has(module_of(*embed_name) + ".weight_scale")) {
+    throw bad_input("target " + target_store.description() + ": embed_tokens " + in_quotes(*embed_name) +
+                    " is quantized (NVFP4 embeddings are not supported; embed_tokens must be BF16, F16 or F32)");
+  }
   w.embed_tokens = read_weight(target_store.file_of(*embed_name), *embed_name, vocab_shape, "target");
   const auto lm_head_name = find_target_name(target_store, target.lm_head_name, "lm_head");
-  if (config.tie_word_embeddings) {
+  const bool tied = config.tie_word_embeddings || (!lm_head_name && (target.tied || target_config_says_tied(target.path)));
+  if (tied) {
+    if (target.lm_head_format == "nvfp4") {
+      throw bad_input(target.manifest + ": target.lm_head_format is 'nvfp4' but the target ties lm_head to embed_tokens "
+                      "(a tied target has no separate head to quantize)");
+    }
     w.lm_head = w.embed_tokens;
   } else if (lm_head_name) {
-    w.lm_head = read_weight(target_store.file_of(*lm_head_name), *lm_head_name, vocab_shape, "target");
-  } else if (target.tied || target_config_says_tied(target.path)) {
-    w.lm_head = w.embed_tokens;
+    load_lm_head(config, target, target_store, *lm_head_name, &w);
   } else {
     throw bad_input("target " + target_store.description() + ": lm_head " + in_quotes(target.lm_head_name) +
                     " not found (also tried with/without the 'model.' prefix), and neither the drafter config, the "
@@ -212,7 +302,12 @@ void validate_drafter_weights(const DrafterConfig& config, const DrafterWeights&
   }
   const std::vector<int64_t> vocab_shape{config.vocab_size, config.hidden_size};
   check_shape("embed_tokens", weights.embed_tokens, vocab_shape);
-  check_shape("lm_head", weights.lm_head, vocab_shape);
+  if (weights.nvfp4_head()) {
+    if (!weights.lm_head.values.empty()) throw bad_input("drafter weights: both a float lm_head and an NVFP4 one are set");
+    validate_nvfp4_head(weights.lm_head_nvfp4, config.vocab_size, config.hidden_size, "drafter weights: lm_head (NVFP4)");
+  } else {
+    check_shape("lm_head", weights.lm_head, vocab_shape);
+  }
 }
 
 std::vector<NamedWeight> drafter_tensor_list(const DrafterConfig& config, const DrafterWeights& weights) {

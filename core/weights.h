@@ -1,10 +1,14 @@
 // The drafter's weights (drafter.md §2) as float host tensors (bf16 values convert exactly), and
 // the target's embed_tokens / lm_head. Loading accounts for every tensor of the checkpoint.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
+#include "core/nvfp4.h"
 #include "core/tensor.h"
 
 namespace dflash {
@@ -26,7 +30,10 @@ struct DrafterWeights {
   Tensor norm;         // [H]
   std::vector<LayerWeights> layers;
   Tensor embed_tokens;  // [V, H] (from the target)
-  Tensor lm_head;       // [V, H] (from the target; a copy of embed_tokens for a tied target)
+  Tensor lm_head;       // [V, H] (from the target; a copy of embed_tokens for a tied target); empty when
+                        // the target's head is NVFP4
+  NvFp4Weight lm_head_nvfp4;  // the target's head in NVFP4 (docs/spec/nvfp4-lm-head.md), used as it is
+  bool nvfp4_head() const { return !lm_head_nvfp4.empty(); }
 };
 
 // Where the target's tensors are: a .safetensors file, a sharded checkpoint's
@@ -38,6 +45,14 @@ struct TargetSource {
   // The fixture says the target ties lm_head to embed_tokens (target.tie_word_embeddings); a
   // target directory can also say so in its config.json.
   bool tied = false;
+  // The head's format as a fixture states it (target.lm_head_format): "bf16" or "nvfp4"; empty: the
+  // target directory's config.json quantization_config / hf_quant_config.json declare it (bf16
+  // without a declaration). Declaration and tensors must agree (a U8 head needs an NVFP4
+  // declaration, a declared NVFP4 head a U8 weight).
+  std::string lm_head_format;
+  std::optional<NvFp4Names> nvfp4_names;   // target.lm_head_nvfp4; default: ModelOpt's names beside the weight
+  nlohmann::json quantization_config;      // target.quantization_config; null: none in the fixture
+  std::string manifest;                    // the fixture that gave these fields, for messages
 };
 
 // Loads `<drafter_dir>/model.safetensors` (or a sharded index there) and the target's tensors,

@@ -63,6 +63,24 @@ Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, c
 }
 
 template <typename T>
+Linear<T> Linear<T>::decoded(std::vector<T> weight, int64_t out, int64_t in, std::vector<T> row_scale,
+                             const std::string& name) {
+  if (static_cast<int64_t>(weight.size()) != out * in || (!row_scale.empty() && static_cast<int64_t>(row_scale.size()) != out)) {
+    throw internal_error(name + ": " + std::to_string(weight.size()) + " values and " + std::to_string(row_scale.size()) +
+                         " row scales for [" + std::to_string(out) + ", " + std::to_string(in) + "]");
+  }
+  Linear l;
+  l.name_ = name;
+  l.out_ = out;
+  l.in_ = in;
+  l.chunk_rows_ = chunk_rows_for(in, sizeof(T));
+  l.owned_ = std::move(weight);
+  l.scale_ = std::move(row_scale);
+  l.weight_ = l.owned_.data();
+  return l;
+}
+
+template <typename T>
 void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
                             AlignedMatrix<T>* y) const {
   using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

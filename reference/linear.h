@@ -5,7 +5,8 @@
 // the product, or which thread ran the chunk.
 //
 // fp8 (drafter.md §6, T = float only): W is quantized per output row with core/fp8.h; the GEMV uses
-// the decoded E4M3 codes (exact in float) and y[m, n] = scale[n] · dot (+ b[n]).
+// the decoded E4M3 codes (exact in float) and y[m, n] = scale[n] · dot (+ b[n]). A decoded weight
+// (Linear::decoded) uses the same form with the scales it is given.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +27,11 @@ class Linear {
   // Conversion and quantization run over `pool` in blocks of rows (each row is quantized on its
   // own, so the bytes do not depend on the thread count).
   Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool);
+
+  // A weight already in its compute form (the NVFP4 head): [out, in] values, owned, and per output
+  // row a scale that multiplies the dot product (empty: none).
+  static Linear decoded(std::vector<T> weight, int64_t out, int64_t in, std::vector<T> row_scale,
+                        const std::string& name);
 
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }

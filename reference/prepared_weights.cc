@@ -1,5 +1,8 @@
 #include "reference/prepared_weights.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "core/error.h"
 
 namespace dflash {
@@ -14,6 +17,32 @@ void check_finite(const Tensor& t, const std::string& name) {
     throw bad_input("drafter weights: tensor '" + name + "' " + shape_string(t.shape) + " holds a non-finite value (" +
                     std::to_string(t.values[static_cast<size_t>(bad)]) + ") at flat index " + std::to_string(bad));
   }
+}
+
+// The target's head. NVFP4 is used as it is in every mode, never requantized to fp8
+// (docs/spec/nvfp4-lm-head.md §6): in double, W exactly (e2m1 · e4m3 · weight_scale_2 needs at most
+// 30 significant bits); in float, e2m1 · e4m3 (exact) with weight_scale_2 applied once to each dot
+// product, as a w4a16 kernel does. Otherwise the float head, fp8-quantized where the policy says.
+template <typename T>
+Linear<T> make_lm_head(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool) {
+  if (!w.nvfp4_head()) return Linear<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool);
+  const NvFp4Weight& q = w.lm_head_nvfp4;
+  std::vector<T> values(static_cast<size_t>(q.rows * q.cols));
+  constexpr int64_t kRowsPerTask = 1024;
+  pool.run(static_cast<size_t>((q.rows + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
+    const int64_t end = std::min(q.rows, static_cast<int64_t>(task + 1) * kRowsPerTask);
+    for (int64_t n = static_cast<int64_t>(task) * kRowsPerTask; n < end; ++n) {
+      T* row = values.data() + n * q.cols;
+      if constexpr (std::is_same<T, double>::value) {
+        nvfp4_dequantized_row(q, n, row);
+      } else {
+        nvfp4_block_scaled_row(q, n, row);
+      }
+    }
+  });
+  std::vector<T> scale;
+  if constexpr (!std::is_same<T, double>::value) scale.assign(static_cast<size_t>(q.rows), q.global_scale);
+  return Linear<T>::decoded(std::move(values), q.rows, q.cols, std::move(scale), "lm_head (NVFP4)");
 }
 
 }  // namespace
@@ -50,7 +79,7 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     : fc(w.fc, Tensor(), /*quantize_fp8=*/false, "fc", pool),
       hidden_norm(to_vector<T>(w.hidden_norm)),
       final_norm(to_vector<T>(w.norm)),
-      lm_head(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool),
+      lm_head(make_lm_head<T>(w, policy, pool)),
       embed_tokens(&w.embed_tokens) {
   const bool q8 = policy.fp8_weights;
   layers.reserve(w.layers.size());

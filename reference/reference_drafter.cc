@@ -58,8 +58,14 @@ class ReferenceDrafter final : public PagedProposer {
         {"precision", precision_name(settings_.precision)},
         {"compute_type", engine_->compute_type()},
         {"bf16_storage", policy.round_bf16 ? std::string("rounded at: ") + kBf16StorageStages : "off"},
-        {"fp8_weights", policy.fp8_weights ? "q/k/v/o/gate/up/down and lm_head per-row E4M3 (core/fp8.h); fc bf16"
-                                           : "off"},
+        {"fp8_weights", !policy.fp8_weights ? "off"
+                        : weights_->nvfp4_head() ? "q/k/v/o/gate/up/down per-row E4M3 (core/fp8.h); lm_head NVFP4 as it is; fc bf16"
+                                                 : "q/k/v/o/gate/up/down and lm_head per-row E4M3 (core/fp8.h); fc bf16"},
+        {"lm_head_format", weights_->nvfp4_head() ? "nvfp4" : "bf16"},
+        {"lm_head_compute", !weights_->nvfp4_head() ? "as the other projections"
+                            : policy.use_double ? "exact dequantization e2m1 * e4m3 * weight_scale_2 in fp64"
+                                                : "w4a16 emulation: e2m1 * e4m3 (exact in fp32) times the activations, fp32 "
+                                                  "accumulation, weight_scale_2 once per output"},
         {"threads", std::to_string(engine_->threads())},
         {"simd_target", ops::dispatch_target_name()},
         {"gemm", "Eigen GEMV per activation row over fixed chunks of weight rows (batch- and thread-invariant)"},

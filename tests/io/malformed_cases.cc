@@ -1,5 +1,6 @@
 #include "tests/io/malformed_cases.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -31,10 +32,11 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-std::string copy_base(const std::string& work_dir, const std::string& name) {
+std::string copy_base(const std::string& work_dir, const std::string& name,
+                      const std::string& base = malformed_base_fixture()) {
   const fs::path dir = fs::path(work_dir) / name;
   fs::remove_all(dir);
-  fs::copy(malformed_base_fixture(), dir, fs::copy_options::recursive);
+  fs::copy(base, dir, fs::copy_options::recursive);
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
   }
@@ -109,6 +111,138 @@ Case config_case(std::string name, std::string expected, std::function<void(ojso
 Case safetensors_case(std::string name, std::string expected, std::string (*file)(const std::string&),
                       std::function<void(ojson&, std::vector<uint8_t>&)> edit) {
   return raw_case(name, expected, [file, edit](const std::string& dir) { edit_safetensors(file(dir), edit); });
+}
+
+// The NVFP4 head's refusals (docs/spec/nvfp4-lm-head.md §7) edit a copy of nvfp4-tiny-gqa
+// (V 500, K 96: weight U8 [500, 48], weight_scale F8_E4M3 [500, 6], scalar F32 scales).
+std::string target_file(const std::string& dir) { return dir + "/target.safetensors"; }
+Case nvfp4_case(std::string name, std::string expected, std::function<void(const std::string& dir)> edit) {
+  return {name, expected, [name, edit](const std::string& work) {
+            const std::string dir = copy_base(work, name, nvfp4_base_fixture());
+            edit(dir);
+            return dir;
+          }};
+}
+Case nvfp4_manifest_case(std::string name, std::string expected, std::function<void(ojson&)> edit) {
+  return nvfp4_case(name, expected, [edit](const std::string& dir) { edit_json(manifest(dir), edit); });
+}
+Case nvfp4_target_case(std::string name, std::string expected, std::function<void(ojson&, std::vector<uint8_t>&)> edit) {
+  return nvfp4_case(name, expected, [edit](const std::string& dir) { edit_safetensors(target_file(dir), edit); });
+}
+std::vector<uint8_t> f32_bytes(float v) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &v, 4);
+  return b;
+}
+// A new tensor appended to the data area.
+void append_tensor(ojson& h, std::vector<uint8_t>& data, const std::string& name, const std::string& dtype,
+                   std::vector<int64_t> shape, size_t bytes) {
+  h[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + bytes}}};
+  data.resize(data.size() + bytes);
+}
+
+std::vector<MalformedCase> nvfp4_cases() {
+  return {
+      nvfp4_manifest_case("nvfp4-group-size-config",
+                          "target.quantization_config.group_size is 32; NVFP4 blocks are 16 elements",
+                          [](ojson& m) { m["target"]["quantization_config"]["group_size"] = 32; }),
+      nvfp4_manifest_case("nvfp4-group-size-fixture",
+                          "field 'target.lm_head_nvfp4.group_size' is 32; NVFP4 blocks are 16 elements",
+                          [](ojson& m) { m["target"]["lm_head_nvfp4"]["group_size"] = 32; }),
+      nvfp4_target_case("nvfp4-group-size-implied",
+                        "tensor 'lm_head.weight_scale': wrong shape, expected [500, 6] ([vocab_size, K/16]), got "
+                        "[1000, 3] (it implies group size 32; NVFP4 needs 16)",
+                        [](ojson& h, std::vector<uint8_t>&) { h["lm_head.weight_scale"]["shape"] = {1000, 3}; }),
+      nvfp4_target_case("nvfp4-missing-block-scales",
+                        "missing tensor 'lm_head.weight_scale' (the NVFP4 block scales of the U8 'lm_head.weight')",
+                        [](ojson& h, std::vector<uint8_t>&) { h.erase("lm_head.weight_scale"); }),
+      nvfp4_target_case("nvfp4-missing-global-scale",
+                        "missing tensor 'lm_head.weight_scale_2' (the NVFP4 global scale weight_scale_2 of the U8 lm_head)",
+                        [](ojson& h, std::vector<uint8_t>&) { h.erase("lm_head.weight_scale_2"); }),
+      nvfp4_manifest_case("nvfp4-u8-without-declaration",
+                          "lm_head 'lm_head.weight' is U8 (packed NVFP4?) but nothing declares an NVFP4 lm_head",
+                          [](ojson& m) {
+                            for (const char* key : {"lm_head_format", "lm_head_nvfp4", "quantization_config"})
+                              m["target"].erase(key);
+                          }),
+      nvfp4_manifest_case("nvfp4-excluded-by-pattern",
+                          "fixture.json: target.quantization_config.ignore (pattern 'lm_head*'))",
+                          [](ojson& m) {
+                            m["target"].erase("lm_head_format");
+                            m["target"].erase("lm_head_nvfp4");
+                            m["target"]["quantization_config"]["ignore"] = {"lm_head*"};
+                          }),
+      nvfp4_manifest_case("nvfp4-format-vs-config",
+                          "target.lm_head_format is 'nvfp4' but ",
+                          [](ojson& m) { m["target"]["quantization_config"]["quant_algo"] = "FP8"; }),
+      nvfp4_manifest_case("nvfp4-format-unknown", "field 'target.lm_head_format' is 'fp4'; expected 'bf16' or 'nvfp4'",
+                          [](ojson& m) { m["target"]["lm_head_format"] = "fp4"; }),
+      nvfp4_target_case("nvfp4-declared-weight-not-u8",
+                        "declares an NVFP4 lm_head but 'lm_head.weight' has dtype BF16 (NVFP4 needs U8)",
+                        [](ojson& h, std::vector<uint8_t>&) {
+                          h["lm_head.weight"]["dtype"] = "BF16";
+                          h["lm_head.weight"]["shape"] = {500, 24};
+                        }),
+      nvfp4_target_case("nvfp4-weight-shape",
+                        "tensor 'lm_head.weight': wrong shape for an NVFP4 head, expected [500, 48] ([vocab_size, K/2]), got [250, 96]",
+                        [](ojson& h, std::vector<uint8_t>&) { h["lm_head.weight"]["shape"] = {250, 96}; }),
+      nvfp4_target_case("nvfp4-block-scales-not-e4m3",
+                        "tensor 'lm_head.weight_scale' has dtype BF16; NVFP4 block scales are F8_E4M3",
+                        [](ojson& h, std::vector<uint8_t>&) {
+                          h["lm_head.weight_scale"]["dtype"] = "BF16";
+                          h["lm_head.weight_scale"]["shape"] = {500, 3};
+                        }),
+      nvfp4_target_case("nvfp4-block-scales-1d",
+                        "has shape [3000]; block scales must be the 2-D checkpoint layout [V, K/16] (a 1-D one is a "
+                        "swizzled runtime layout)",
+                        [](ojson& h, std::vector<uint8_t>&) { h["lm_head.weight_scale"]["shape"] = {3000}; }),
+      nvfp4_target_case("nvfp4-block-scales-u8",
+                        "tensor 'lm_head.weight_scale' has dtype U8, a swizzled runtime layout",
+                        [](ojson& h, std::vector<uint8_t>&) { h["lm_head.weight_scale"]["dtype"] = "U8"; }),
+      nvfp4_target_case("nvfp4-block-scales-mxfp4", "tensor 'lm_head.weight_scale': unsupported dtype 'F8_E8M0'",
+                        [](ojson& h, std::vector<uint8_t>&) { h["lm_head.weight_scale"]["dtype"] = "F8_E8M0"; }),
+      nvfp4_target_case("nvfp4-block-scale-nan", "block scale of row 1, block 1 (0x7f) is NaN",
+                        [](ojson& h, std::vector<uint8_t>& d) { poke(h, d, "lm_head.weight_scale", 7, {0x7f}); }),
+      nvfp4_target_case("nvfp4-block-scale-negative", "block scale of row 2, block 0 (0xb8) has its sign bit set",
+                        [](ojson& h, std::vector<uint8_t>& d) { poke(h, d, "lm_head.weight_scale", 12, {0xb8}); }),
+      nvfp4_target_case("nvfp4-global-scale-zero",
+                        "tensor 'lm_head.weight_scale_2' is 0.000000 (bits 0x00000000); the NVFP4 global scale "
+                        "weight_scale_2 must be finite and > 0",
+                        [](ojson& h, std::vector<uint8_t>& d) { poke(h, d, "lm_head.weight_scale_2", 0, f32_bytes(0.0f)); }),
+      nvfp4_target_case("nvfp4-global-scale-nan", "(bits 0x7fc00000); the NVFP4 global scale weight_scale_2 must be finite",
+                        [](ojson& h, std::vector<uint8_t>& d) { poke(h, d, "lm_head.weight_scale_2", 0, f32_bytes(NAN)); }),
+      nvfp4_target_case("nvfp4-global-scale-split",
+                        "tensor 'lm_head.weight_scale_2' has shape [2]; the NVFP4 global scale weight_scale_2 must hold "
+                        "exactly one element ([] or [1]; a split per-partition scale is not supported)",
+                        [](ojson& h, std::vector<uint8_t>& d) {
+                          h.erase("lm_head.weight_scale_2");
+                          append_tensor(h, d, "lm_head.weight_scale_2", "F32", {2}, 8);
+                        }),
+      nvfp4_target_case("nvfp4-input-scale-negative", "the NVFP4 input_scale must be finite and > 0",
+                        [](ojson& h, std::vector<uint8_t>& d) { poke(h, d, "lm_head.input_scale", 0, f32_bytes(-1.0f)); }),
+      nvfp4_target_case("nvfp4-compressed-tensors",
+                        "tensor 'lm_head.weight_packed' is compressed-tensors NVFP4, which is not supported",
+                        [](ojson& h, std::vector<uint8_t>& d) { append_tensor(h, d, "lm_head.weight_packed", "U8", {500, 48}, 24000); }),
+      nvfp4_manifest_case("nvfp4-mxfp4-algo", "target.quantization_config.quant_algo is 'MXFP4': MXFP4 is not supported",
+                          [](ojson& m) { m["target"]["quantization_config"]["quant_algo"] = "MXFP4"; }),
+      nvfp4_target_case("nvfp4-embed-tokens",
+                        "embed_tokens 'embed_tokens.weight' is quantized (NVFP4 embeddings are not supported",
+                        [](ojson& h, std::vector<uint8_t>&) {
+                          h["embed_tokens.weight"]["dtype"] = "U8";
+                          h["embed_tokens.weight"]["shape"] = {500, 192};
+                        }),
+      nvfp4_case("nvfp4-scales-without-declaration", "tensor 'lm_head.weight_scale' is present but ",
+                 [](const std::string& dir) {
+                   edit_json(manifest(dir), [](ojson& m) {
+                     for (const char* key : {"lm_head_format", "lm_head_nvfp4", "quantization_config"})
+                       m["target"].erase(key);
+                   });
+                   edit_safetensors(target_file(dir), [](ojson& h, std::vector<uint8_t>&) {
+                     h["lm_head.weight"]["dtype"] = "BF16";
+                     h["lm_head.weight"]["shape"] = {500, 24};
+                   });
+                 }),
+  };
 }
 
 ojson& entry(ojson& m, int step, int index) { return m["steps"][step]["propose"][index]; }
@@ -482,14 +616,22 @@ std::vector<MalformedCase> build_cases() {
   };
 }
 
+std::vector<MalformedCase> all_cases() {
+  std::vector<MalformedCase> cases = build_cases();
+  for (MalformedCase& c : nvfp4_cases()) cases.push_back(std::move(c));
+  return cases;
+}
+
 }  // namespace
+
+std::string nvfp4_base_fixture() { return std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/nvfp4-tiny-gqa"; }
 
 std::string malformed_base_fixture() {
   return std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/batch-widths-release";
 }
 
 const std::vector<MalformedCase>& malformed_cases() {
-  static const std::vector<MalformedCase> cases = build_cases();
+  static const std::vector<MalformedCase> cases = all_cases();
   return cases;
 }
 

@@ -19,8 +19,10 @@ struct MalformedCase {
 
 const std::vector<MalformedCase>& malformed_cases();
 
-// The pristine fixture every case starts from (it loads cleanly).
+// The pristine fixture every case starts from (it loads cleanly); the NVFP4 head's cases start
+// from nvfp4-tiny-gqa (also loads cleanly).
 std::string malformed_base_fixture();
+std::string nvfp4_base_fixture();
 
 // "Loading" for the table: read_fixture(path) then load_weights(), as a replay does before its
 // first propose. Throws what they throw.

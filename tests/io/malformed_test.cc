@@ -12,6 +12,7 @@ namespace dflash::testing {
 namespace {
 
 TEST(Malformed, BaseFixtureLoads) { EXPECT_NO_THROW(load_fixture_and_weights(malformed_base_fixture())); }
+TEST(Malformed, Nvfp4BaseFixtureLoads) { EXPECT_NO_THROW(load_fixture_and_weights(nvfp4_base_fixture())); }
 
 TEST(Malformed, EveryCaseIsRefusedWithItsMessage) {
   const auto& cases = malformed_cases();

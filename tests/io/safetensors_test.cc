@@ -202,7 +202,7 @@ TEST(Safetensors, HeaderDefectsAreNamed) {
       {R"({"x":[1,2]})", "tensor 'x': header entry is not a JSON object"},
       {R"({"__metadata__":{"a":1}})", "'__metadata__' entry 'a' is not a string"},
       {R"({"__metadata__":[]})", "'__metadata__' is not a JSON object"},
-      {R"({"x":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "unsupported dtype 'U8'"},
+      {R"({"x":{"dtype":"F8_E8M0","shape":[8],"data_offsets":[0,8]}})", "unsupported dtype 'F8_E8M0'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.header);

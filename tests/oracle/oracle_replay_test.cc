@@ -170,7 +170,7 @@ Tally replay(const std::string& dir, const Bounds& bounds) {
 
 TEST(OracleReplay, EveryFixtureInFp64AndFp32) {
   const std::vector<std::string> fixtures = oracle_fixtures();
-  ASSERT_GE(fixtures.size(), 9u) << "expected the bundled oracle fixtures under " << oracle_dir();
+  ASSERT_GE(fixtures.size(), 10u) << "expected the bundled oracle fixtures under " << oracle_dir();
   const auto begin = std::chrono::steady_clock::now();
   const Bounds modes[] = {{Precision::kFp64, 1e-6, true}, {Precision::kFp32, 1e-4, false}};
   for (const Bounds& bounds : modes) {
