@@ -8,7 +8,8 @@
 // 2 GiB buffer at rotating offsets, so that consecutive launches never find their weights in L2.
 // Each number is the median over 15 repetitions (--reps) of (20 back-to-back launches) / 20.
 // --hot reads the same window every launch instead (L2-resident when it fits): the kernel's speed
-// when its weights come from L2.
+// when its weights come from L2. Last, the NVFP4 lm_head kernel (gemm_nvfp4.h) at the lm_head's
+// shape, with its HBM floor (its bytes at the copy rate).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -25,6 +26,7 @@
 #include "cuda/cuda_drafter.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_nvfp4.h"
 
 namespace dflash {
 namespace {
@@ -46,7 +48,7 @@ int main_impl(int argc, char** argv) {
   std::string only_shape, only_format;
   int only_columns = -1, reps = 15;
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
-  app.add_option("--format", only_format, "only this weight format (e4m3, bf16)");
+  app.add_option("--format", only_format, "only this weight format (e4m3, bf16, nvfp4: the lm_head only)");
   bool hot = false;
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
@@ -152,6 +154,52 @@ int main_impl(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
+    }
+  }
+
+  // The target's lm_head in NVFP4 (cuda/gemm_nvfp4.h) at the same geometry: codes and block scales
+  // are windows of the same pool (timing only: any byte is a code, a scale byte may be NaN). Floor:
+  // its bytes (V·K/2 + V·K/16) at the copy rate.
+  if ((only_format.empty() || only_format == "nvfp4") && (only_shape.empty() || only_shape == "lm_head") &&
+      only_columns < 0 && only_pipeline.empty()) {
+    const Shape& s = shapes.back();
+    const int64_t code_bytes = s.n * s.k / 2, bytes = code_bytes + s.n * s.k / 16;
+    const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
+    auto view_at = [&](int i) {
+      DeviceNvFp4View w;
+      w.n = s.n;
+      w.k = s.k;
+      w.k_pad = nvfp4_pad_k(s.k);
+      w.codes = pool.get() + (i % windows) * bytes;
+      w.block_scales = w.codes + code_bytes;
+      w.global_scale = 1.0f / 2688;
+      return w;
+    };
+    std::printf("\n| shape | n x k | format | m | median us | weight GB/s | x copy rate | HBM floor us | x floor |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
+    for (int64_t m : ms) {
+      GemmEpilogue ep;
+      ep.out = out.get();
+      ep.ld_out = s.n;
+      for (int i = 0; i < 3; ++i) launch_gemm_nvfp4(stream, false, a.get(), max_k, m, view_at(i), ep);
+      std::vector<float> per_launch;
+      int next = 0;
+      for (int rep = 0; rep < reps; ++rep) {
+        DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int i = 0; i < 20; ++i) launch_gemm_nvfp4(stream, false, a.get(), max_k, m, view_at(next++), ep);
+        DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
+        DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        per_launch.push_back(t * 1000.0f / 20);
+      }
+      const double us = median(per_launch);
+      const double rate = static_cast<double>(bytes) / (us * 1e-6);
+      const double floor_us = static_cast<double>(bytes) / bandwidth * 1e6;
+      std::printf("| lm_head | %lld x %lld | nvfp4 | %lld | %.1f | %.0f | %.2f | %.1f | %.2f |\n", static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), static_cast<long long>(m), us, rate / 1e9, bandwidth / rate, floor_us,
+                  us / floor_us);
+      std::fflush(stdout);
     }
   }
   cudaEventDestroy(start);

@@ -10,7 +10,7 @@
 #   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]... [--sweep KERNELS]...
 #                  [--sweep-without CLASSES]...
 #     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
-#     head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
+#     the NVFP4 lm_head GEMM against its w4a16 emulation, head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
 #     graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     drafter.md §8), the replay of the oracle and capture fixtures through dflash-harness when it
@@ -82,7 +82,7 @@ while (($#)); do
   shift
 done
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test)
 property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
@@ -152,7 +152,7 @@ run_test() {
     grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|attention|rope|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
+  grep -E "^\[(gemm|nvfp4|attention|rope|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
   rm -f "$out_dir/$t.out"
 }
 
@@ -244,7 +244,8 @@ if ((sanitize)); then
 fi
 
 if ((bench_only == 0)); then
-  for t in gpu_fp8_quant_test gpu_gemm_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test; do run_test "" "$t" "*"; done
   run_pass ""
 
   bench_args=(--markdown "$out_dir/benchmarks.md")
@@ -269,6 +270,7 @@ if ((gemm_bench == 0)); then
   note "--no-gemm-bench: the GEMM kernel benchmark was not run"
 elif gemm_benches >"$out_dir/gemm-bench.log" 2>&1; then
   note "PASS gemm_bench (gemm-bench.log)"
+  grep -E "^\| lm_head \| .* \| nvfp4 \|" "$out_dir/gemm-bench.log" >>"$summary"
 else
   note "FAIL gemm_bench (see gemm-bench.log)"
   status=1

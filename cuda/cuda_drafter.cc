@@ -262,9 +262,19 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   const char* precision_source =
       options_.precision.empty() ? "settings" : "DFLASH_CUDA_PRECISION / CudaOptions::precision";
   d.emplace_back("precision", std::string(precision_name(settings_.precision)) + " (from " + precision_source + ")");
-  d.emplace_back("weights", fp8_ ? "q/k/v/o/gate/up/down and lm_head E4M3 per-row scales (quantized on the device); "
-                                   "fc, norms, embed_tokens bf16"
-                                 : "all bf16");
+  const bool nvfp4 = weights_.lm_head_nvfp4.present();
+  d.emplace_back("weights", std::string(fp8_ ? (nvfp4 ? "q/k/v/o/gate/up/down E4M3 per-row scales (quantized on the device); "
+                                                        "fc, norms, embed_tokens bf16"
+                                                      : "q/k/v/o/gate/up/down and lm_head E4M3 per-row scales (quantized on "
+                                                        "the device); fc, norms, embed_tokens bf16")
+                                             : (nvfp4 ? "all bf16 but the lm_head" : "all bf16")));
+  d.emplace_back("lm_head_format", nvfp4 ? "nvfp4" : fp8_ ? "e4m3 (per-row, quantized on the device)" : "bf16");
+  d.emplace_back("lm_head_kernel",
+                 nvfp4 ? "gemm_nvfp4 (w4a16: E2M1 codes and E4M3 block scales decoded to bf16 in registers, bf16 "
+                         "activations, mma.sync fp32 accumulation, weight_scale_2 once per output; M = the propose's "
+                         "batch x (width - 1) draft rows)"
+                       : "the block GEMM (kernel.gemm)");
+  d.emplace_back("logits_dtype", "f32");
   d.emplace_back("activations", "fp32 accumulation; bf16 storage of ctx_proj, cached/block K and V, q after RoPE, "
                                 "attn_norm, attention output, mlp_norm, silu(gate)*up, final_norm; fp32 residual "
                                 "stream, GEMM outputs and logits");

@@ -44,6 +44,9 @@ void enqueue_last_block_forward(CudaDrafter& drafter) { CudaDrafterDebug::enqueu
 QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string& which, int layer) {
   if (!CudaDrafterDebug::fp8(drafter)) throw bad_input("download_fp8_weight: the drafter holds bf16 weights");
   const DeviceDrafterWeights& w = CudaDrafterDebug::weights(drafter);
+  if (which == "lm_head" && w.lm_head_nvfp4.present()) {
+    throw bad_input("download_fp8_weight: the lm_head is the target's NVFP4 head (never quantized to E4M3)");
+  }
   if (which == "lm_head") return download_quantized(w.lm_head);
   if (layer < 0 || layer >= CudaDrafterDebug::num_layers(drafter)) {
     throw bad_input("download_fp8_weight: no layer " + std::to_string(layer));
@@ -58,7 +61,7 @@ QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string&
 
 int64_t block_weight_bytes(const CudaDrafter& drafter) {
   const DeviceDrafterWeights& w = CudaDrafterDebug::weights(drafter);
-  int64_t bytes = w.lm_head.storage_bytes();
+  int64_t bytes = w.lm_head.storage_bytes() + w.lm_head_nvfp4.storage_bytes();
   for (const DeviceLayerWeights& l : w.layers) {
     bytes += l.qkv.storage_bytes() + l.o.storage_bytes() + l.gate_up.storage_bytes() + l.down.storage_bytes();
     bytes += static_cast<int64_t>(l.input_norm.bytes() + l.post_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes());

@@ -13,6 +13,7 @@
 #include "cuda/cuda_drafter_impl.h"
 #include "cuda/elementwise.h"
 #include "cuda/graph_capture.h"
+#include "cuda/gemm_nvfp4.h"
 #include "cuda/host_parallel.h"
 
 namespace dflash {
@@ -410,9 +411,17 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, final_norm, stream_, pdl); });
   tap(stage_name(StageKind::kFinalNorm), hf_.get(), true, h, ld_hidden_);
 
-  const DeviceMatrixView lm_head = weights_.lm_head.view();
-  launch("lm_head",
-         [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
+  if (weights_.lm_head_nvfp4.present()) {
+    // The target's NVFP4 head, on exactly this propose's draft rows.
+    const DeviceNvFp4View lm_head = weights_.lm_head_nvfp4.view();
+    launch("lm_head", [=] {
+      launch_gemm_nvfp4(stream_, pdl, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue());
+    });
+  } else {
+    const DeviceMatrixView lm_head = weights_.lm_head.view();
+    launch("lm_head",
+           [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
+  }
   if (plan_.argmax_fused) {
     launch("argmax", [=] {
       launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(),

@@ -173,6 +173,10 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
   });
   d.embed = upload_vector(embed);
 
+  if (weights.nvfp4_head()) {
+    d.lm_head_nvfp4 = upload_nvfp4(weights.lm_head_nvfp4);
+    return d;
+  }
   const std::string lm_name = "lm_head";
   std::vector<RowSource> lm;
   append_rows(lm, weights.lm_head, lm_name);

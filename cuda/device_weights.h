@@ -4,7 +4,7 @@
 //   gate_up  [2·I, H]               rows interleaved gate_0, up_0, gate_1, up_1, ... so that the
 //                                   GEMM epilogue sees each (gate, up) pair in adjacent columns
 //   down     [H, I]
-//   lm_head  [V, H]
+//   lm_head  [V, H]                  or the target's NVFP4 head, never requantized (gemm_nvfp4.h)
 // as E4M3 codes + per-row scales (fp8, quantized on the device) or bf16; fc [H, nT·Ht] always
 // bf16; every row padded with zeros to a multiple of 64 columns. Norm weights are fp32 copies of
 // the bf16 values; embed_tokens stays bf16. Host weights must be finite bf16 values (checked).
@@ -20,6 +20,7 @@
 #include "core/weights.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_nvfp4.h"
 
 namespace dflash {
 
@@ -44,7 +45,8 @@ struct DeviceDrafterWeights {
   DeviceBuffer<float> hidden_norm, final_norm;
   std::vector<DeviceLayerWeights> layers;
   DeviceBuffer<uint16_t> embed;  // [V, H] bf16
-  DeviceLinear lm_head;
+  DeviceLinear lm_head;              // empty when the target's head is NVFP4
+  DeviceNvFp4Linear lm_head_nvfp4;   // the target's NVFP4 head, as it is (cuda/gemm_nvfp4.h)
 };
 
 // Uploads and, for E4M3, quantizes on `stream`; returns when the device holds everything.

@@ -117,7 +117,7 @@ std::vector<std::string> oracle_fixtures() {
 TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
   DFLASH_REQUIRE_GPU();
   const std::vector<std::string> dirs = oracle_fixtures();
-  ASSERT_GE(dirs.size(), 9u) << "fixtures/oracle is missing fixtures";
+  ASSERT_GE(dirs.size(), 10u) << "fixtures/oracle is missing fixtures";
   for (const std::string& dir : dirs) {
     Fixture f = read_fixture(dir);
     f.load_weights();
@@ -147,6 +147,53 @@ TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
                   "tokens decisive %d mismatched %d (close-call mismatches %d)  vs fp64 oracle %.2e  attention=%s\n",
                   f.name.c_str(), precision_name(precision), c.outputs.size(), s.worst_logits, s.worst_stage.c_str(),
                   s.worst_ratio, s.decisive, s.decisive_mismatches, s.close_mismatches, s.oracle_logits, attention.c_str());
+    }
+  }
+}
+
+// The NVFP4 head runs on exactly the draft rows of each propose: batch 4 of nvfp4-tiny-gqa
+// (gamma 8) at widths 8, 4, 7, 2 (4 x 3 = 12 and 4 x 6 = 24 draft rows: more than gamma, and a
+// second 16-row tile). A launch on gamma rows, or on the rows of an earlier, wider propose, leaves
+// rows unwritten or stale, which the per-sequence comparison with the reference catches; every
+// sequence must get exactly width - 1 logit rows and tokens.
+TEST(CudaVsReference, Nvfp4HeadBatchedBelowGamma) {
+  DFLASH_REQUIRE_GPU();
+  Fixture f = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/nvfp4-tiny-gqa");
+  f.load_weights();
+  ASSERT_TRUE(f.weights->nvfp4_head());
+  const int batch = 4;
+  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
+    HeadSettings settings = f.head;
+    settings.precision = precision;
+    settings.max_batch = batch;
+    ASSERT_EQ(settings.gamma, 8);
+    auto ref = make_reference_drafter(f.config, f.weights, settings);
+    auto cuda = make_cuda_drafter(f.config, f.weights, settings, CudaOptions{});
+    std::vector<Tensor> ctx;
+    for (int s = 0; s < batch; ++s) ctx.push_back(make_random_context(5 + s, f.config.ctx_feature_dim(), 300 + s));
+    for (DraftProposer* d : {ref.get(), cuda.get()}) {
+      for (int s = 0; s < batch; ++s) d->add_sequence(s);
+    }
+    int64_t next[batch] = {0, 0, 0, 0};
+    for (int width : {8, 4, 7, 2}) {
+      std::vector<ProposeInput> inputs;
+      for (int s = 0; s < batch; ++s) next[s] += ctx[static_cast<size_t>(s)].rows();  // the anchor follows its context
+      for (int s = 0; s < batch; ++s) inputs.push_back({s, &ctx[static_cast<size_t>(s)], next[s], 17 * (s + 1) + width});
+      std::vector<ProposeOutput> outs[2];
+      int side = 0;
+      for (DraftProposer* d : {cuda.get(), ref.get()}) {
+        d->set_block_g(width);
+        outs[side++] = d->propose(inputs, true);
+      }
+      for (const ProposeOutput& o : outs[0]) {
+        ASSERT_EQ(o.logits.shape, (std::vector<int64_t>{width - 1, f.config.vocab_size})) << "seq " << o.seq;
+        ASSERT_EQ(o.draft_tokens.size(), static_cast<size_t>(width - 1)) << "seq " << o.seq;
+      }
+      Summary sum;
+      const std::string what = std::string("nvfp4 batch 4 width ") + std::to_string(width) + " " + precision_name(precision);
+      compare_outputs(outs[0], outs[1], f.config.num_layers, what, &sum);
+      std::printf("[nvfp4] %-28s logits max|diff|/rowmax %.2e  tokens decisive %d mismatched %d\n", what.c_str(),
+                  sum.worst_logits, sum.decisive, sum.decisive_mismatches);
     }
   }
 }

@@ -1,0 +1,48 @@
+// The weight-only NVFP4 GEMM of the target's LM head (w4a16; docs/spec/nvfp4-lm-head.md §5):
+//   C[m, n] = weight_scale_2 · Σ_k A[m, k] · (e2m1(code[n, k]) · e4m3(block_scale[n, k/16]))
+// A is the bf16 final-norm output; the codes and block scales are decoded to bf16 in registers
+// (exact: e2m1 · e4m3 has at most 6 significant bits), mma.sync m16n8k16 accumulates in fp32, the
+// global scale multiplies each finished sum once, then the GemmEpilogue (logits, argmax partials)
+// finishes it as for the other heads. It runs on exactly the m rows it is given. The weights are
+// read once per 16 activation rows: V·K/2 code bytes + V·K/16 scale bytes.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/nvfp4.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+
+namespace dflash {
+
+// K per step of the kernel's main loop; the device copy pads K to a multiple of it with zero codes
+// and zero scales (the checkpoint layout otherwise, row-major and unswizzled).
+constexpr int64_t kNvFp4KChunk = 512;
+inline int64_t nvfp4_pad_k(int64_t k) { return (k + kNvFp4KChunk - 1) / kNvFp4KChunk * kNvFp4KChunk; }
+
+struct DeviceNvFp4View {
+  int64_t n = 0, k = 0, k_pad = 0;
+  const uint8_t* codes = nullptr;         // [n, k_pad/2], element 2j in the low nibble
+  const uint8_t* block_scales = nullptr;  // [n, k_pad/16] E4M3
+  float global_scale = 0.0f;
+};
+
+struct DeviceNvFp4Linear {
+  int64_t n = 0, k = 0, k_pad = 0;
+  DeviceBuffer<uint8_t> codes, block_scales;
+  float global_scale = 0.0f;
+  bool present() const { return n > 0; }
+  DeviceNvFp4View view() const;
+  int64_t storage_bytes() const { return static_cast<int64_t>(codes.bytes() + block_scales.bytes()); }
+};
+
+// Copies a validated head to the device (padded to nvfp4_pad_k); returns when it is there.
+DeviceNvFp4Linear upload_nvfp4(const NvFp4Weight& w);
+
+// Enqueues C = A·Wᵀ on `stream` with the epilogue (its scale and bias are none). A: [m, lda] bf16
+// bits, 16-byte aligned, lda >= w.k and a multiple of 8; only columns [0, w.k) are read. m >= 1.
+void launch_gemm_nvfp4(cudaStream_t stream, bool pdl, const uint16_t* a, int64_t lda, int64_t m,
+                       const DeviceNvFp4View& w, const GemmEpilogue& epilogue);
+
+}  // namespace dflash
