@@ -60,6 +60,9 @@ class Replayer {
     result_.fixture_name = fixture.name;
     result_.fixture_dir = fixture.dir;
     result_.expect_precision = fixture.expect_precision;
+    if (fixture.manifest.is_object() && fixture.manifest.contains("provenance")) {
+      result_.provenance = fixture.manifest["provenance"];
+    }
     result_.num_layers = fixture.config.num_layers;
     result_.total_steps = static_cast<int>(fixture.steps.size());
     for (const ReplayLane& lane : lanes_) {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "compare/divergence.h"
 #include "compare/stage_check.h"
 #include "compare/tokens.h"
@@ -71,6 +73,7 @@ struct ProposerSummary {
 
 struct ReplayResult {
   std::string fixture_name, fixture_dir, expect_precision;
+  nlohmann::json provenance;  // the fixture's provenance object as it is (null: none)
   int num_layers = 0;
   int total_steps = 0, steps_run = 0;
   std::vector<ProposerSummary> proposers;

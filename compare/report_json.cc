@@ -113,6 +113,7 @@ json replay_result_to_json(const ReplayResult& result) {
   j["fixture"] = result.fixture_name;
   j["dir"] = result.fixture_dir;
   j["expect_precision"] = result.expect_precision;
+  if (!result.provenance.is_null()) j["provenance"] = result.provenance;  // how the fixture was made, as it says
   j["num_layers"] = result.num_layers;
   j["total_steps"] = result.total_steps;
   j["steps_run"] = result.steps_run;

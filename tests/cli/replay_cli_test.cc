@@ -30,7 +30,7 @@ std::vector<std::string> fixture_dirs(const std::string& parent) {
 
 TEST(ReplayCli, EveryBundledOracleFixturePassesOnTheReference) {
   const std::vector<std::string> dirs = fixture_dirs(kOracleDir);
-  ASSERT_GE(dirs.size(), 7u) << "the bundled oracle fixtures are missing from " << kOracleDir;
+  ASSERT_GE(dirs.size(), 8u) << "the bundled oracle fixtures are missing from " << kOracleDir;
   for (const std::string& dir : dirs) {
     const RunResult r = run_harness({"replay", dir});
     EXPECT_EQ(r.exit_code, 0) << dir << "\n" << r.output;
@@ -226,6 +226,29 @@ TEST(ReplayCli, JsonReportIsWrittenAndFailingFixturesAreNamedInIt) {
   EXPECT_EQ(doc["results"][0]["first_divergence"]["stage"], "L0.q");
   EXPECT_EQ(doc["results"][0]["first_divergence"]["step"], 1);
   EXPECT_EQ(doc["results"][1]["verdict"], "pass");
+}
+
+// The NVFP4 fixture on the reference (fp64 and bf16, the w4a16 emulation): its provenance reaches
+// the JSON report as the fixture wrote it, and each proposer names the head's format.
+TEST(ReplayCli, Nvfp4FixturePassesWithItsProvenanceAndHeadFormatInTheReport) {
+  const std::string fixture = kOracleDir + "/nvfp4-tiny-gqa";
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(fixture + "/fixture.json"));
+  for (const char* precision : {"fp64", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const std::string json_path = scratch_dir(std::string("nvfp4-") + precision) + "/report.json";
+    const RunResult r = run_harness({"replay", "--precision", precision, "--json", json_path, fixture});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json doc = nlohmann::json::parse(read_file(json_path));
+    ASSERT_EQ(doc["results"].size(), 1u);
+    const nlohmann::json& result = doc["results"][0];
+    EXPECT_EQ(result["verdict"], "pass");
+    EXPECT_EQ(result["provenance"], manifest["provenance"]);
+    EXPECT_EQ(result["provenance"]["lm_head_format"], "nvfp4");
+    EXPECT_EQ(result["provenance"]["source_fixture"], "tiny-gqa");
+    bool named = false;
+    for (const auto& lever : result["proposers"][0]["levers"]) named = named || (lever[0] == "lm_head_format" && lever[1] == "nvfp4");
+    EXPECT_TRUE(named) << result["proposers"][0]["levers"].dump();
+  }
 }
 
 }  // namespace
