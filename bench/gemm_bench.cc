@@ -12,6 +12,7 @@
 // shape, with its HBM floor (its bytes at the copy rate).
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,23 @@ int main_impl(int argc, char** argv) {
   cudaEvent_t start, stop;
   DFLASH_CUDA_CHECK(cudaEventCreate(&start));
   DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+  // One launch's median time in us: 3 untimed launches, then `reps` times 20 back to back;
+  // launch(i) runs launch number i (the weights' window rotates with it).
+  auto time_launches = [&](const std::function<void(int)>& launch) {
+    for (int i = 0; i < 3; ++i) launch(i);
+    std::vector<float> per_launch;
+    int next = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int i = 0; i < 20; ++i) launch(next++);
+      DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
+      DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      per_launch.push_back(t * 1000.0f / 20);
+    }
+    return median(per_launch);
+  };
 
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", bandwidth / 1e9);
   std::printf("| shape | n x k | format | m | columns | median us | weight GB/s | x copy rate |\n|---|---|---|---|---|---|---|---|\n");
@@ -134,19 +152,7 @@ int main_impl(int argc, char** argv) {
             w.scale = fp8 ? scale.get() : nullptr;
             return w;
           };
-          for (int i = 0; i < 3; ++i) gemm(GemmKernel::kMma, ctx, a.get(), max_k, m, view_at(i), ep);
-          std::vector<float> per_launch;
-          int next = 0;
-          for (int rep = 0; rep < reps; ++rep) {
-            DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
-            for (int i = 0; i < 20; ++i) gemm(GemmKernel::kMma, ctx, a.get(), max_k, m, view_at(next++), ep);
-            DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
-            DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
-            float t = 0;
-            DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-            per_launch.push_back(t * 1000.0f / 20);
-          }
-          const double us = median(per_launch);
+          const double us = time_launches([&](int i) { gemm(GemmKernel::kMma, ctx, a.get(), max_k, m, view_at(i), ep); });
           const double rate = static_cast<double>(bytes) / (us * 1e-6);
           std::printf("| %s | %lld x %lld | %s | %lld | %d | %.1f | %.0f | %.2f |\n", s.name, static_cast<long long>(s.n),
                       static_cast<long long>(s.k), fp8 ? "e4m3" : "bf16", static_cast<long long>(m), columns, us,
@@ -181,19 +187,7 @@ int main_impl(int argc, char** argv) {
       GemmEpilogue ep;
       ep.out = out.get();
       ep.ld_out = s.n;
-      for (int i = 0; i < 3; ++i) launch_gemm_nvfp4(stream, false, a.get(), max_k, m, view_at(i), ep);
-      std::vector<float> per_launch;
-      int next = 0;
-      for (int rep = 0; rep < reps; ++rep) {
-        DFLASH_CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int i = 0; i < 20; ++i) launch_gemm_nvfp4(stream, false, a.get(), max_k, m, view_at(next++), ep);
-        DFLASH_CUDA_CHECK(cudaEventRecord(stop, stream));
-        DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        DFLASH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        per_launch.push_back(t * 1000.0f / 20);
-      }
-      const double us = median(per_launch);
+      const double us = time_launches([&](int i) { launch_gemm_nvfp4(stream, false, a.get(), max_k, m, view_at(i), ep); });
       const double rate = static_cast<double>(bytes) / (us * 1e-6);
       const double floor_us = static_cast<double>(bytes) / bandwidth * 1e6;
       std::printf("| lm_head | %lld x %lld | nvfp4 | %lld | %.1f | %.0f | %.2f | %.1f | %.2f |\n", static_cast<long long>(s.n),

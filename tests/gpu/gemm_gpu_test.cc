@@ -128,14 +128,7 @@ Reference reference(const Problem& p, const Tensor& a, int64_t m) {
 
 Tensor random_activations(int64_t m, int64_t k, uint64_t seed) { return make_random_context(m, k, seed); }
 
-DeviceBuffer<uint16_t> upload_activations(const Tensor& a, int64_t k_pad) {
-  std::vector<uint16_t> bits(static_cast<size_t>(a.rows() * k_pad), 0);
-  for (int64_t r = 0; r < a.rows(); ++r)
-    for (int64_t c = 0; c < a.cols(); ++c) bits[static_cast<size_t>(r * k_pad + c)] = float_to_bf16_bits(a.row(r)[c]);
-  DeviceBuffer<uint16_t> d(bits.size());
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-  return d;
-}
+using gpu_test::upload_activations;
 
 class GemmTest : public ::testing::Test {
  protected:

@@ -69,14 +69,7 @@ double worst_ratio(const std::vector<float>& c, const Expected& e) {
   return worst;
 }
 
-DeviceBuffer<uint16_t> upload_activations(const Tensor& a, int64_t lda) {
-  std::vector<uint16_t> bits(static_cast<size_t>(a.rows() * lda), 0);
-  for (int64_t r = 0; r < a.rows(); ++r)
-    for (int64_t c = 0; c < a.cols(); ++c) bits[static_cast<size_t>(r * lda + c)] = float_to_bf16_bits(a.row(r)[c]);
-  DeviceBuffer<uint16_t> d(bits.size());
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-  return d;
-}
+using gpu_test::upload_activations;
 
 class GemmNvfp4Test : public ::testing::Test {
  protected:

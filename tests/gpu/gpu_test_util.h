@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
 #include "core/stages.h"
 #include "core/tensor.h"
 #include "cuda/cuda_drafter.h"
+#include "cuda/device_buffer.h"
 
 // Every GPU test starts with this: no device means a skip that says why, never a silent pass.
 #define DFLASH_REQUIRE_GPU()                                           \
@@ -129,6 +133,16 @@ inline TokenComparison compare_tokens(const std::vector<int32_t>& actual, const 
     }
   }
   return t;
+}
+
+// The rows of `a` as bf16 bits on the device, `ld` elements apart (the padding zero).
+inline DeviceBuffer<uint16_t> upload_activations(const Tensor& a, int64_t ld) {
+  std::vector<uint16_t> bits(static_cast<size_t>(a.rows() * ld), 0);
+  for (int64_t r = 0; r < a.rows(); ++r)
+    for (int64_t c = 0; c < a.cols(); ++c) bits[static_cast<size_t>(r * ld + c)] = float_to_bf16_bits(a.row(r)[c]);
+  DeviceBuffer<uint16_t> d(bits.size());
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  return d;
 }
 
 }  // namespace dflash::gpu_test
