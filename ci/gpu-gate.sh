@@ -82,7 +82,7 @@ while (($#)); do
   shift
 done
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
@@ -159,7 +159,7 @@ run_test() {
 # run_pass LABEL: the drafter-level checks under the current DFLASH_CUDA_KERNELS.
 run_pass() {
   local label=$1 t filter
-  for t in gpu_drafter_test gpu_vs_reference_test; do
+  for t in gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test; do
     filter="*"
     ((quick)) && [ "$t" = gpu_vs_reference_test ] && filter="-CudaVsReferenceRealGeometry.*"
     run_test "$label" "$t" "$filter"
@@ -167,14 +167,23 @@ run_pass() {
   # Only the CUDA instances: the reference ones run in CI on every commit.
   run_test "$label" properties_drafter_test "*Cuda*:*cuda*"
   if [ -x .gpu/dflash-harness ]; then
+    # The production path: graphs captured after --warmup eager passes and replayed; ci/graph_replays.py
+    # checks from the JSON that every propose of a repeated shape past the warmup was a graph replay.
     for precision in bf16 fp8; do
-      if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/recorded/*/ --backend both --precision "$precision" \
-           >>"$out_dir/replay.log" 2>&1; then
-        note "PASS ${label}dflash-harness replay --backend both --precision $precision"
-      else
-        note "FAIL ${label}dflash-harness replay --backend both --precision $precision (see replay.log)"
-        status=1
-      fi
+      for warmup in 0 1; do
+        local what="${label}dflash-harness replay --backend both --precision $precision --warmup $warmup"
+        if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/recorded/*/ --backend both --precision "$precision" --warmup "$warmup" \
+             --json "$out_dir/replay.json" >>"$out_dir/replay.log" 2>&1 &&
+           ci/graph_replays.py "$out_dir/replay.json" "$warmup" >"$out_dir/graph-replays.txt" 2>&1; then
+          note "PASS $what"
+        else
+          note "FAIL $what (see replay.log)"
+          status=1
+        fi
+        sed 's/^/  /' "$out_dir/graph-replays.txt" 2>/dev/null | tee -a "$out_dir/replay.log" >>"$summary"
+        rm -f "$out_dir/graph-replays.txt"
+        rm -f "$out_dir/replay.json"
+      done
     done
     fault_replay "$label" alloc:1 125 cudaErrorMemoryAllocation
     fault_replay "$label" launch:3 2 cudaErrorLaunchFailure

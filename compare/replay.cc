@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compare/invariants.h"
+#include "compare/kv_invariants.h"
 #include "core/stages.h"
 #include "core/error.h"
 #include "core/kv_pages.h"
@@ -77,6 +78,11 @@ class Replayer {
       pair.actual_lane = static_cast<int>(i);
       result_.pairs.push_back(pair);
     }
+    for (const ReplayLane& lane : lanes_) {
+      kv_pairs_.push_back(cross_pair(lane.precision, std::string("recomputed K/V (reference-") +
+                                                         precision_name(lane.precision) + ")",
+                                     lane.precision, lane.proposer->name()));
+    }
     for (const CrossCheck& check : cross) {
       const int n = static_cast<int>(lanes_.size());
       if (check.reference < 0 || check.reference >= n || check.candidate < 0 || check.candidate >= n ||
@@ -113,16 +119,32 @@ class Replayer {
 
  private:
   void run_step(int step, const FixtureStep& fixture_step) {
+    std::vector<std::optional<PoolSnapshot>> before;
+    for (const ReplayLane& lane : lanes_) before.push_back(snapshot_pools(*lane.proposer));
+    std::map<int, int64_t> anchor_of;
     if (fixture_step.kind == FixtureStep::Kind::kRelease) {
       for (int seq : fixture_step.release) {
         for (const ReplayLane& lane : lanes_) lane.proposer->release_sequence(seq);
         next_position_.erase(seq);
+        ctx_rows_.erase(seq);
       }
     } else {
       run_propose(step, fixture_step.propose);
+      for (const ProposeEntry& entry : fixture_step.propose) anchor_of[entry.seq] = entry.start;
     }
-    for (const ReplayLane& lane : lanes_) {
-      for (const InvariantViolation& v : check_all_invariants(*lane.proposer, next_position_)) {
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      const ReplayLane& lane = lanes_[i];
+      std::vector<InvariantViolation> found = check_all_invariants(*lane.proposer, next_position_);
+      const auto add = [&](std::vector<InvariantViolation> more) {
+        found.insert(found.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      };
+      if (before[i]) {
+        const std::optional<PoolSnapshot> after = snapshot_pools(*lane.proposer);
+        if (after) add(check_kv_outside_windows(*lane.proposer, *before[i], *after));
+        if (lane.recompute_kv) add(check_stored_kv(*lane.proposer, lane.recompute_kv, kv_pairs_[i], ctx_rows_));
+      }
+      if (!anchor_of.empty()) add(check_attention_spans(*lane.proposer, anchor_of));
+      for (const InvariantViolation& v : found) {
         result_.invariant_failures.push_back({step, lane.proposer->name(), v.invariant, v.detail});
       }
     }
@@ -147,6 +169,9 @@ class Replayer {
         added_.insert(entry.seq);
       }
       batch.push_back({entry.seq, &entry.ctx, entry.start, entry.anchor});
+      for (int64_t r = 0; r < entry.ctx.rows(); ++r) {
+        ctx_rows_[entry.seq][entry.start - entry.ctx.rows() + r] = entry.ctx.row(r);
+      }
     }
 
     std::vector<std::vector<ProposeOutput>> outputs(lanes_.size());
@@ -156,10 +181,36 @@ class Replayer {
       outputs[i] = proposer.propose(batch, wants_taps(static_cast<int>(i), entries));
     }
     for (const ProposeEntry& entry : entries) next_position_[entry.seq] = entry.start;
+    for (size_t i = 0; i < lanes_.size(); ++i) record_path(step, static_cast<int>(i), outputs[i]);
 
     for (size_t i = 0; i < lanes_.size(); ++i) check_outputs(step, static_cast<int>(i), entries, outputs[i], requested);
     for (size_t p = 0; p < result_.pairs.size(); ++p) {
       for (const ProposeEntry& entry : entries) compare_pair(step, static_cast<int>(p), entry, outputs);
+    }
+  }
+
+  // Which path the lane's judged outputs took (one pass serves the whole batch), and whether a
+  // second, tapped pass computed anything else.
+  void record_path(int step, int lane, const std::vector<ProposeOutput>& outputs) {
+    if (outputs.empty()) return;
+    const ForwardPath& path = outputs.front().path;
+    result_.paths.push_back({step, lane, outputs.front().block_width, static_cast<int>(outputs.size()), path.mode,
+                             path.pdl, path.taps_from_second_pass});
+    ++result_.proposers[static_cast<size_t>(lane)].path_counts[path.mode];
+    for (const ProposeOutput& output : outputs) {
+      if (output.path.mode != path.mode) {
+        result_.invariant_failures.push_back({step, lanes_[lane].proposer->name(), "forward-path",
+                                              "sequence " + std::to_string(output.seq) + " reports path " +
+                                                  output.path.mode + ", sequence " +
+                                                  std::to_string(outputs.front().seq) + " of the same propose " +
+                                                  path.mode});
+      }
+      if (!output.path.tap_pass_difference.empty()) {
+        result_.invariant_failures.push_back({step, lanes_[lane].proposer->name(), "taps-change-result",
+                                              "sequence " + std::to_string(output.seq) +
+                                                  ": the tapped pass differs from the judged pass at " +
+                                                  output.path.tap_pass_difference});
+      }
     }
   }
 
@@ -322,6 +373,8 @@ class Replayer {
   ReplayResult result_;
   std::map<int, int64_t> next_position_;
   std::set<int> added_;
+  ContextRows ctx_rows_;                  // every context row fed, by (sequence, position)
+  std::vector<TolerancePair> kv_pairs_;  // per lane: its recomputed K/V vs its stored K/V
 };
 
 }  // namespace

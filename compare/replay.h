@@ -1,10 +1,12 @@
 // The replay engine: walks a fixture's steps on one or more drafters (new sequence ids ->
 // add_sequence, release -> release_sequence, propose -> set_block_g + propose), compares each
 // drafter that is asked to with the fixture's expectations and pairs of drafters with each other,
-// runs the invariant checks (compare/invariants.h) after every step, and returns a structured
+// runs the invariant checks (compare/invariants.h, and on the stored K/V compare/kv_invariants.h)
+// after every step, and returns a structured
 // result that the table, JSON and HTML writers consume.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +27,9 @@ struct ReplayLane {
   DraftProposer* proposer = nullptr;
   Precision precision = Precision::kFp64;  // what its numbers are (for the tolerance model)
   bool compare_with_fixture = true;
+  // The K/V its pools must hold for context rows, at `precision` (compare/kv_invariants.h); when
+  // set and the drafter has a read-back, every step checks the stored state against it.
+  ContextKvFunction recompute_kv = {};
 };
 
 // lanes[reference] is the expected side, lanes[candidate] the actual side.
@@ -65,10 +70,22 @@ struct InvariantFailure {
   std::string invariant, detail;
 };
 
+// The path one drafter's judged outputs took in one propose step (core/proposer.h ForwardPath).
+struct StepPath {
+  int step = -1;
+  int lane = -1;  // index into ReplayResult::proposers
+  int block_width = 0, batch = 0;  // the shape of the propose (one graph per shape)
+  std::string mode;
+  bool pdl = false;
+  bool taps_from_second_pass = false;
+};
+
 struct ProposerSummary {
   std::string name;
   std::string precision;
   std::vector<std::pair<std::string, std::string>> levers;  // describe()
+  // Propose steps per ForwardPath::mode ("cpu", "eager", "graph-capture", "graph-replay").
+  std::map<std::string, int> path_counts = {};
 };
 
 struct ReplayResult {
@@ -80,6 +97,7 @@ struct ReplayResult {
   std::vector<PairSummary> pairs;
   std::vector<SequenceResult> sequences;  // in step order, then batch order, then pair order
   std::vector<InvariantFailure> invariant_failures;
+  std::vector<StepPath> paths;  // per propose step and drafter, in step order
   // The earliest failure: first step with one, then forward stage order, then batch order.
   std::optional<Divergence> first_divergence;
 

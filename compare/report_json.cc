@@ -125,9 +125,22 @@ json replay_result_to_json(const ReplayResult& result) {
   for (const ProposerSummary& p : result.proposers) {
     json levers = json::array();
     for (const auto& [key, value] : p.levers) levers.push_back({key, value});
-    proposers.push_back({{"name", p.name}, {"precision", p.precision}, {"levers", levers}});
+    json path_counts = json::object();
+    for (const auto& [mode, count] : p.path_counts) path_counts[mode] = count;
+    proposers.push_back({{"name", p.name}, {"precision", p.precision}, {"levers", levers}, {"path_counts", path_counts}});
   }
   j["proposers"] = proposers;
+  json paths = json::array();
+  for (const StepPath& path : result.paths) {
+    paths.push_back({{"step", path.step},
+                     {"proposer", result.proposers[static_cast<size_t>(path.lane)].name},
+                     {"block_width", path.block_width},
+                     {"batch", path.batch},
+                     {"mode", path.mode},
+                     {"pdl", path.pdl},
+                     {"taps_from_second_pass", path.taps_from_second_pass}});
+  }
+  j["paths"] = paths;
 
   json pairs = json::array();
   for (size_t i = 0; i < result.pairs.size(); ++i) {

@@ -1,6 +1,7 @@
 #include "compare/report_table.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,29 @@ namespace {
 std::string fixture_label(const ReplayResult& r) { return dflash::fixture_label(r.fixture_name, r.fixture_dir); }
 
 std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
+
+// "3 graph replays, 1 capture, 2 eager of 6 proposes" (or "6 cpu").
+std::string path_summary(const ProposerSummary& p) {
+  const auto count = [&](const char* mode) {
+    auto it = p.path_counts.find(mode);
+    return it == p.path_counts.end() ? 0 : it->second;
+  };
+  int total = 0;
+  for (const auto& entry : p.path_counts) total += entry.second;
+  if (count("cpu") == total) return std::to_string(total) + " cpu";
+  return std::to_string(count("graph-replay")) + " graph replays, " + std::to_string(count("graph-capture")) +
+         " captures, " + std::to_string(count("eager")) + " eager of " + std::to_string(total) + " proposes";
+}
+
+// The actual side's graph replays out of its proposes ("3/6"), or "cpu" for the reference.
+std::string graph_replays(const ProposerSummary& p) {
+  int total = 0;
+  for (const auto& entry : p.path_counts) total += entry.second;
+  auto cpu = p.path_counts.find("cpu");
+  if (cpu != p.path_counts.end() && cpu->second == total) return "cpu";
+  auto replays = p.path_counts.find("graph-replay");
+  return std::to_string(replays == p.path_counts.end() ? 0 : replays->second) + "/" + std::to_string(total);
+}
 
 std::string precisions_of(const ReplayResult& result, const PairSummary& pair) {
   const std::string actual = result.proposers[pair.actual_lane].precision;
@@ -61,22 +85,26 @@ void print_sequence_walk(std::ostream& out, const ReplayResult& result, const Se
 
 void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results) {
   const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "worst stage (error/bound)",
-                                           "tokens a/e/m", "verdict"};
+                                           "tokens a/e/m", "graph replays", "verdict"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayResult& r : results) {
     const std::string steps = std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps);
     if (r.pairs.empty()) {
-      rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", r.passed() ? "PASS" : "FAIL"});
+      rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
       continue;
     }
     if (r.passed()) {  // one line: every comparison, the worst stage of any, the tokens summed
-      std::string labels, precisions, worst_stage;
+      std::string labels, precisions, worst_stage, replays;
+      std::set<int> lanes;
       double worst_ratio = 0;
       int agree = 0, excused = 0, mismatch = 0;
       for (size_t p = 0; p < r.pairs.size(); ++p) {
         const PairTotals t = pair_totals(r, static_cast<int>(p));
         labels += (p ? "; " : "") + r.pairs[p].label;
         precisions += (p ? "; " : "") + precisions_of(r, r.pairs[p]);
+        if (lanes.insert(r.pairs[p].actual_lane).second) {
+          replays += (replays.empty() ? "" : "; ") + graph_replays(r.proposers[r.pairs[p].actual_lane]);
+        }
         if (!t.worst_stage.empty() && (worst_stage.empty() || t.worst_ratio > worst_ratio)) {
           worst_stage = t.worst_stage;
           worst_ratio = t.worst_ratio;
@@ -87,7 +115,8 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
       }
       rows.push_back({fixture_label(r), labels, precisions, steps,
                       worst_stage.empty() ? "-" : worst_stage + " " + format_number(worst_ratio),
-                      std::to_string(agree) + "/" + std::to_string(excused) + "/" + std::to_string(mismatch), "PASS"});
+                      std::to_string(agree) + "/" + std::to_string(excused) + "/" + std::to_string(mismatch), replays,
+                      "PASS"});
       continue;
     }
     for (size_t p = 0; p < r.pairs.size(); ++p) {
@@ -96,7 +125,7 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
       rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps,
                       t.worst_stage.empty() ? "-" : t.worst_stage + " " + format_number(t.worst_ratio),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
-                      pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
+                      graph_replays(r.proposers[r.pairs[p].actual_lane]), pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
     }
   }
   std::vector<size_t> widths(header.size());
@@ -116,10 +145,17 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
 }
 
 void print_levers(std::ostream& out, const ReplayResult& result) {
-  for (const ProposerSummary& p : result.proposers) {
+  for (size_t lane = 0; lane < result.proposers.size(); ++lane) {
+    const ProposerSummary& p = result.proposers[lane];
     out << "  drafter " << p.name << " (" << p.precision << "):";
     for (const auto& [key, value] : p.levers) out << " " << key << "=" << value;
     out << "\n";
+    out << "    path per step:";
+    for (const StepPath& path : result.paths) {
+      if (path.lane != static_cast<int>(lane)) continue;
+      out << " " << path.step << ":" << path.mode << (path.pdl ? "+pdl" : "") << (path.taps_from_second_pass ? "+taps2" : "");
+    }
+    out << " (" << path_summary(p) << ")\n";
   }
 }
 

@@ -69,6 +69,12 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
   return paths;
 }
 
+StagePath context_kv_path(const DrafterConfig& config, bool key) {
+  const int64_t H = config.hidden_size;
+  const StagePath ctx_proj = gemm(config.ctx_feature_dim(), false) + rms_norm(H);
+  return key ? ctx_proj + gemm(H, true) + rms_norm(config.head_dim) + kRope : ctx_proj + gemm(H, true);
+}
+
 ErrorModel error_model(Precision precision) {
   switch (precision) {
     case Precision::kFp64: return {"fp64", kUnitRoundoffFp64, kUnitRoundoffFp64, 0, 0};

@@ -37,6 +37,10 @@ struct StagePath {
 // positions the block attends to, `block_width` the clamped width B.
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width);
 
+// The path of the K (key = true) or V a drafter stores for a context row in any layer: ctx_proj,
+// then k_proj, k_norm and RoPE (or v_proj).
+StagePath context_kv_path(const DrafterConfig& config, bool key);
+
 // How one side computed its numbers.
 struct ErrorModel {
   std::string name;           // "fp64", "bf16-engine", ...

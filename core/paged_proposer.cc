@@ -57,12 +57,38 @@ void PagedProposer::validate_batch(const std::vector<ProposeInput>& batch) const
   }
 }
 
+template <typename Change>
+auto PagedProposer::poisoning_freed(Change change) -> decltype(change()) {
+  if (!settings_.poison_freed_pages) return change();
+  const std::vector<int> owner_before = table_.pool().page_owner;
+  auto result = change();
+  const std::vector<int> owner_after = table_.pool().page_owner;
+  std::vector<int> freed;
+  for (size_t page = 0; page < owner_before.size(); ++page) {
+    if (owner_before[page] != -1 && owner_after[page] == -1) freed.push_back(static_cast<int>(page));
+  }
+  if (!freed.empty()) poison_pages(freed);
+  return result;
+}
+
 std::vector<ContextAdmission> PagedProposer::admit_context(const std::vector<ProposeInput>& batch) {
   validate_batch(batch);
   std::vector<ContextRequest> requests;
   requests.reserve(batch.size());
   for (const ProposeInput& in : batch) requests.push_back({in.seq, in.start, in.ctx->rows()});
-  return table_.admit(requests);
+  return poisoning_freed([&] { return table_.admit(requests); });
+}
+
+void PagedProposer::release_sequence(int seq) {
+  poisoning_freed([&] {
+    table_.release(seq);
+    return 0;
+  });
+}
+
+void PagedProposer::poison_pages(const std::vector<int>& pages) {
+  (void)pages;
+  throw bad_input(name() + ": poison_freed_pages asked, but this proposer keeps no K/V pools of its own");
 }
 
 }  // namespace dflash

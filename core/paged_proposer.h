@@ -19,7 +19,7 @@ class PagedProposer : public DraftProposer {
   const HeadSettings& settings() const override { return settings_; }
 
   void add_sequence(int seq) override { table_.add(seq); }
-  void release_sequence(int seq) override { table_.release(seq); }
+  void release_sequence(int seq) override;
   void set_block_g(int g) override { block_g_ = clamp_block_width(g, settings_.gamma); }
   int block_g() const override { return block_g_; }
 
@@ -28,6 +28,11 @@ class PagedProposer : public DraftProposer {
   std::vector<int64_t> window_slots(int seq) const override { return table_.window_slots(seq); }
   PoolView pool_view() const override { return table_.pool(); }
 
+ private:
+  // Runs `change` on the table and, in the debug mode, poisons the pages it freed.
+  template <typename Change>
+  auto poisoning_freed(Change change) -> decltype(change());
+
  protected:
   // Everything that can be wrong with a batch apart from positions and pool space (which
   // admit_context checks): empty or larger than max_batch, a sequence twice or not active, a
@@ -35,6 +40,10 @@ class PagedProposer : public DraftProposer {
   void validate_batch(const std::vector<ProposeInput>& batch) const;
   // validate_batch, then KvPageTable::admit: atomic, nothing changes on any error.
   std::vector<ContextAdmission> admit_context(const std::vector<ProposeInput>& batch);
+  // HeadSettings::poison_freed_pages: fills every slot of `pages` with NaN in every layer's K and V
+  // pools. Called after a release or an admission freed them; the default refuses (a proposer
+  // without pools of its own cannot run in that mode).
+  virtual void poison_pages(const std::vector<int>& pages);
 
   const DrafterConfig config_;
   const HeadSettings settings_;

@@ -3,7 +3,9 @@
 // batched propose; read-only introspection of the paged cache for invariant checks.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,9 @@ struct HeadSettings {
   int pool_pages = 0;      // pages per layer pool; 0 = max_batch · (ceil(ctx_cap / page) + 1)
   uint64_t page_order_seed = 0;  // 0: ascending page order; else a fixed shuffled order
   Precision precision = Precision::kFp32;
+  // Debug mode: every slot of a page returned to the free list is filled with NaN in every layer,
+  // so a stale read shows in the outputs (and the read-back checks can see the fill).
+  bool poison_freed_pages = false;
 
   // Checks the values against their bounds (core/limits.h: the KV cache of every pool included)
   // and fills the defaults (gamma from the config, pool size).
@@ -59,12 +64,42 @@ struct Tap {
   Tensor value;
 };
 
+// Which execution path produced a propose's judged outputs (logits, draft tokens, cache state).
+struct ForwardPath {
+  // "cpu" (the reference), "eager" (kernels launched one by one: graphs off, or a warmup pass),
+  // "graph-capture" (the graph of this width and batch captured in this propose and launched) or
+  // "graph-replay" (a graph captured in an earlier propose launched with this propose's values).
+  std::string mode = "cpu";
+  bool pdl = false;  // the judged pass launched its kernels with programmatic dependent launch
+  // The taps came from a second, tapped pass after the judged one; tap_pass_difference says where
+  // its logits or draft tokens differ from the judged pass (empty: equal bit for bit).
+  bool taps_from_second_pass = false;
+  std::string tap_pass_difference;
+};
+
 struct ProposeOutput {
   int seq = -1;
   int block_width = 0;                // the clamped width B this propose ran at
   Tensor logits;                      // [B-1, V]
   std::vector<int32_t> draft_tokens;  // B-1 tokens, argmax of each logits row, lowest index on ties
   std::vector<Tap> taps;              // empty unless requested
+  ForwardPath path;
+};
+
+// The stored K and V of some slots of one layer, as floats [slots, kv_dim].
+struct KvRows {
+  Tensor k, v;
+};
+
+// Every layer's K and V of context rows [n, F] at positions first_position..: what a drafter's
+// pools must hold for them (compare/kv_invariants.h checks the stored state against it).
+using ContextKvFunction = std::function<std::vector<KvRows>(const Tensor& rows, int64_t first_position)>;
+
+// The context positions one sequence's attention read in the last propose: first .. last, as the
+// drafter's attention received them (its kernels' inputs, not the shared page table).
+struct AttentionSpan {
+  int seq = -1;
+  int64_t first = 0, last = -1;  // last < first: no context position
 };
 
 class DraftProposer {
@@ -92,6 +127,17 @@ class DraftProposer {
   virtual SequenceView sequence_view(int seq) const = 0;
   virtual std::vector<int64_t> window_slots(int seq) const = 0;
   virtual PoolView pool_view() const = 0;
+
+  // Test/debug read-back of the stored state, not the hot path. A proposer that stores no K/V of
+  // its own (a test double) returns nullopt / an empty list, and the checks that need them say so.
+  // read_kv: rows `slots` of layer `layer`'s K and V pools.
+  virtual std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const {
+    (void)layer;
+    (void)slots;
+    return std::nullopt;
+  }
+  // One span per sequence of the last propose, in batch order.
+  virtual std::vector<AttentionSpan> attention_spans() const { return {}; }
 
   // Settings and choices in force (precision, kernels per stage, fallbacks taken, graphs on/off),
   // printed in every report.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter_impl.h"
@@ -81,7 +82,7 @@ std::unique_ptr<DraftProposer> make_cuda_drafter(const DrafterConfig& config,
                                                  std::shared_ptr<const DrafterWeights> weights,
                                                  const HeadSettings& settings, const CudaOptions& options) {
   if (!weights) throw bad_input("make_cuda_drafter: no weights");
-  return std::make_unique<CudaDrafter>(config, std::move(weights), settings, options.with_environment());
+  return std::make_unique<CudaDrafter>(config, std::move(weights), settings, options);
 }
 
 CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
@@ -173,6 +174,11 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   for (int l = 0; l < config_.num_layers; ++l) {
     k_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
     v_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
+  }
+  if (settings_.poison_freed_pages) {  // the debug mode: every page starts on the free list, poisoned
+    std::vector<int> pages(static_cast<size_t>(settings_.pool_pages));
+    for (int p = 0; p < settings_.pool_pages; ++p) pages[static_cast<size_t>(p)] = p;
+    poison_pages(pages);
   }
 
   const int64_t rows = static_cast<int64_t>(settings_.max_batch) * max_width_;
@@ -281,7 +287,9 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   d.emplace_back("context_input", "bf16 (F32 context rows are rounded to nearest even)");
   for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
-                                                 std::to_string(options_.warmup) + " eager passes; taps run eager"
+                                                 std::to_string(options_.warmup) +
+                                                 " eager passes; taps come from a second, eager pass compared bit "
+                                                 "for bit with the judged one"
                                            : "off (eager launches)");
   d.emplace_back("kv_cache", "paged bf16, one pool per layer: " + std::to_string(settings_.pool_pages) + " pages x " +
                                  std::to_string(settings_.kv_page_size) + " tokens; window " +
@@ -289,6 +297,64 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   d.emplace_back("scratch", std::to_string(settings_.max_batch) + " sequences x " + std::to_string(max_width_) +
                                 " block rows; context chunks of " + std::to_string(kContextChunkRows) + " rows");
   return d;
+}
+
+void CudaDrafter::poison_pages(const std::vector<int>& pages) {
+  // 0xFFFF is a bf16 NaN; stream-ordered before the context rows that reuse a page are written.
+  const size_t page_bytes = static_cast<size_t>(settings_.kv_page_size) * static_cast<size_t>(config_.kv_dim()) * 2;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    for (const DeviceBuffer<uint16_t>* pool : {&k_pool_[static_cast<size_t>(l)], &v_pool_[static_cast<size_t>(l)]}) {
+      for (int page : pages) {
+        uint8_t* base = reinterpret_cast<uint8_t*>(pool->get()) + static_cast<size_t>(page) * page_bytes;
+        DFLASH_CUDA_CHECK(cudaMemsetAsync(base, 0xFF, page_bytes, stream_));
+      }
+    }
+  }
+}
+
+std::optional<KvRows> CudaDrafter::read_kv(int layer, const std::vector<int64_t>& slots) const {
+  if (layer < 0 || layer >= config_.num_layers) throw bad_input("read_kv: no layer " + std::to_string(layer));
+  const int64_t kv_dim = config_.kv_dim();
+  const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  KvRows out{Tensor::zeros({n, kv_dim}), Tensor::zeros({n, kv_dim})};
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<uint16_t> bits(static_cast<size_t>(kv_dim));
+  for (bool key : {true, false}) {
+    const uint16_t* pool = (key ? k_pool_ : v_pool_)[static_cast<size_t>(layer)].get();
+    Tensor& dst = key ? out.k : out.v;
+    // Many slots: one copy of the whole pool; a few: one copy per slot.
+    std::vector<uint16_t> whole;
+    if (n * 4 >= pool_slots) {
+      whole.resize(static_cast<size_t>(pool_slots * kv_dim));
+      DFLASH_CUDA_CHECK(cudaMemcpy(whole.data(), pool, whole.size() * 2, cudaMemcpyDeviceToHost));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = slots[static_cast<size_t>(i)];
+      if (slot < 0 || slot >= pool_slots) {
+        throw bad_input("read_kv: slot " + std::to_string(slot) + " outside the pool of " + std::to_string(pool_slots));
+      }
+      const uint16_t* row = whole.data() + slot * kv_dim;
+      if (whole.empty()) {
+        DFLASH_CUDA_CHECK(cudaMemcpy(bits.data(), pool + slot * kv_dim, bits.size() * 2, cudaMemcpyDeviceToHost));
+        row = bits.data();
+      }
+      for (int64_t c = 0; c < kv_dim; ++c) dst.row(i)[c] = bf16_bits_to_float(row[c]);
+    }
+  }
+  return out;
+}
+
+std::vector<AttentionSpan> CudaDrafter::attention_spans() const {
+  const size_t nb = last_seqs_.size();
+  std::vector<int64_t> begin(nb);
+  std::vector<int32_t> length(nb);
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  DFLASH_CUDA_CHECK(cudaMemcpy(begin.data(), d_window_begin_.get(), nb * 8, cudaMemcpyDeviceToHost));
+  DFLASH_CUDA_CHECK(cudaMemcpy(length.data(), d_window_length_.get(), nb * 4, cudaMemcpyDeviceToHost));
+  std::vector<AttentionSpan> spans;
+  for (size_t b = 0; b < nb; ++b) spans.push_back({last_seqs_[b], begin[b], begin[b] + length[b] - 1});
+  return spans;
 }
 
 }  // namespace dflash

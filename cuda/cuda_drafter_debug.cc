@@ -21,13 +21,56 @@ struct CudaDrafterDebug {
   }
   static void enqueue_last(CudaDrafter& d) {
     require_propose(d, "enqueue_last_block_forward");
-    d.run_block_forward(d.last_batch_, d.last_width_, nullptr);
+    d.run_block_forward(d.last_batch_, d.last_width_);
   }
   static std::vector<CudaDrafter::ForwardLaunch> last_launches(CudaDrafter& d) {
     require_propose(d, "block forward without kernels");
     return d.block_forward_launches(d.last_batch_, d.last_width_, nullptr);
   }
   static const DeviceDrafterWeights& weights(const CudaDrafter& d) { return d.weights_; }
+  static void copy_kv_slot(CudaDrafter& d, int layer, int64_t from, int64_t to) {
+    const int64_t kv_dim = d.config_.kv_dim();
+    const int64_t pool_slots = static_cast<int64_t>(d.settings_.pool_pages) * d.settings_.kv_page_size;
+    if (layer < 0 || layer >= d.config_.num_layers || from < 0 || to < 0 || from >= pool_slots || to >= pool_slots) {
+      throw bad_input("copy_kv_slot: layer " + std::to_string(layer) + ", slots " + std::to_string(from) + " -> " +
+                      std::to_string(to) + " outside the pools");
+    }
+    for (const DeviceBuffer<uint16_t>* pool : {&d.k_pool_[static_cast<size_t>(layer)], &d.v_pool_[static_cast<size_t>(layer)]}) {
+      DFLASH_CUDA_CHECK(cudaMemcpyAsync(pool->get() + to * kv_dim, pool->get() + from * kv_dim,
+                                        static_cast<size_t>(kv_dim) * 2, cudaMemcpyDeviceToDevice, d.stream_));
+    }
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
+  }
+
+  static void store_block_row(CudaDrafter& d, int64_t slot) {
+    const int64_t kv_dim = d.config_.kv_dim();
+    const int64_t pool_slots = static_cast<int64_t>(d.settings_.pool_pages) * d.settings_.kv_page_size;
+    if (d.last_batch_ == 0 || slot < 0 || slot >= pool_slots) {
+      throw bad_input("store_block_row: slot " + std::to_string(slot) + " (no propose yet, or outside the pools)");
+    }
+    const size_t last = static_cast<size_t>(d.config_.num_layers - 1);
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d.k_pool_[last].get() + slot * kv_dim, d.k_block_.get(), static_cast<size_t>(kv_dim) * 2,
+                                      cudaMemcpyDeviceToDevice, d.stream_));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d.v_pool_[last].get() + slot * kv_dim, d.v_block_.get(), static_cast<size_t>(kv_dim) * 2,
+                                      cudaMemcpyDeviceToDevice, d.stream_));
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
+  }
+
+  static void lengthen_last_windows(CudaDrafter& d) {
+    if (d.last_batch_ == 0) throw bad_input("lengthen_last_windows: no propose has run yet");
+    for (int b = 0; b < d.last_batch_; ++b) {
+      const int64_t next = d.h_window_begin_.get()[b] + d.h_window_length_.get()[b];
+      if (d.h_window_length_.get()[b] >= d.max_window_ ||
+          next / d.settings_.kv_page_size - d.h_first_page_.get()[b] >= d.max_pages_per_seq_) {
+        throw bad_input("lengthen_last_windows: sequence " + std::to_string(d.last_seqs_[static_cast<size_t>(b)]) +
+                        "'s window is already the longest its scratch and block table were sized for");
+      }
+      ++d.h_window_length_.get()[b];
+    }
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(d.d_window_length_.get(), d.h_window_length_.get(), static_cast<size_t>(d.last_batch_) * 4,
+                                      cudaMemcpyHostToDevice, d.stream_));
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
+  }
   static bool fp8(const CudaDrafter& d) { return d.fp8_; }
   static int num_layers(const CudaDrafter& d) { return d.config_.num_layers; }
 };
@@ -58,6 +101,12 @@ QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string&
   if (which == "down") return download_quantized(l.down);
   throw bad_input("download_fp8_weight: unknown weight '" + which + "'");
 }
+
+void copy_kv_slot(CudaDrafter& drafter, int layer, int64_t from, int64_t to) {
+  CudaDrafterDebug::copy_kv_slot(drafter, layer, from, to);
+}
+void store_block_row(CudaDrafter& drafter, int64_t slot) { CudaDrafterDebug::store_block_row(drafter, slot); }
+void lengthen_last_windows(CudaDrafter& drafter) { CudaDrafterDebug::lengthen_last_windows(drafter); }
 
 int64_t block_weight_bytes(const CudaDrafter& drafter) {
   const DeviceDrafterWeights& w = CudaDrafterDebug::weights(drafter);

@@ -50,6 +50,17 @@ class BlockForwardWithout {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// Negative controls for the stored-state checks (the GPU tests): faults planted after a propose
+// with the page-table bookkeeping untouched.
+// Layer `layer`'s K and V of slot `from` copied over slot `to` (a row stored at the wrong slot).
+void copy_kv_slot(CudaDrafter& drafter, int layer, int64_t from, int64_t to);
+// The last layer's block K/V of the last propose's first block row stored at `slot` (a block row
+// kept in the pool).
+void store_block_row(CudaDrafter& drafter, int64_t slot);
+// The last propose's windows one row longer on the device (the page table unchanged), so the next
+// enqueue_last_block_forward() has attention read one row past each window.
+void lengthen_last_windows(CudaDrafter& drafter);
+
 // Parses a '+'-separated list of kernel classes ("o+down"; "" or "none": no class).
 std::set<std::string> parse_kernel_classes(const std::string& list);
 

@@ -44,11 +44,16 @@ class CudaDrafter final : public PagedProposer {
   std::string name() const override;
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
   std::vector<std::pair<std::string, std::string>> describe() const override;
+  // Read-back (test/debug, synchronizes the stream): the pools' bf16 K/V as floats, and the window
+  // each sequence's attention kernel was handed (the device copies of window_begin/window_length).
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override;
+  std::vector<AttentionSpan> attention_spans() const override;
 
 
  private:
   friend struct CudaDrafterDebug;  // cuda/cuda_drafter_debug.cc
   struct TapSink;
+  void poison_pages(const std::vector<int>& pages) override;
   struct GraphEntry {
     int eager_runs = 0;
     cudaGraphExec_t exec = nullptr;
@@ -57,7 +62,9 @@ class CudaDrafter final : public PagedProposer {
   void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
                       TapSink* taps);
   void upload_step(const std::vector<ProposeInput>& batch);
-  void run_block_forward(int batch, int block_width, TapSink* taps);
+  // The block forward as shipped (no taps): eager during warmup or with graphs off, else the
+  // graph of (block_width, batch), captured on first use. Returns ForwardPath::mode's value.
+  const char* run_block_forward(int batch, int block_width);
   // One launch of the block forward (or, with taps, a tap read between launches: kernel_class
   // null), named by its kernel class ("embed", "rmsnorm", "qkv", "qk_norm_rope",
   // "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"). The
@@ -130,6 +137,7 @@ class CudaDrafter final : public PagedProposer {
 
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
   int last_batch_ = 0, last_width_ = 0;
+  std::vector<int> last_seqs_;  // the sequences of the last propose, in batch order
 };
 
 }  // namespace dflash

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <cstring>
 #include <string>
 
 #include "core/dtype.h"
@@ -54,6 +55,29 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
   gemm(kernel, ctx, a, lda, m, w, epilogue);
 }
 
+namespace {
+
+// Where a second pass's logits or tokens differ from the judged pass, bit for bit; empty if nowhere.
+std::string first_bit_difference(const float* judged_logits, const float* tapped_logits, const int32_t* judged_tokens,
+                                 const int32_t* tapped_tokens, int64_t rows, int64_t vocab) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < vocab; ++c) {
+      const float a = judged_logits[r * vocab + c], b = tapped_logits[r * vocab + c];
+      if (std::memcmp(&a, &b, sizeof a) != 0) {
+        return "logits[" + std::to_string(r) + ", " + std::to_string(c) + "]: judged pass " + std::to_string(a) +
+               ", tapped pass " + std::to_string(b);
+      }
+    }
+    if (judged_tokens[r] != tapped_tokens[r]) {
+      return "draft token " + std::to_string(r) + ": judged pass " + std::to_string(judged_tokens[r]) +
+             ", tapped pass " + std::to_string(tapped_tokens[r]);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>& batch, bool want_taps) {
   // Atomic: on any error (bad input, gap, overlap, pool exhausted) no sequence has changed.
   const std::vector<ContextAdmission> admissions = admit_context(batch);
@@ -62,17 +86,24 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
   const int width = block_g_;
   TapSink sink{stream_, nb, width, std::vector<std::vector<Tap>>(static_cast<size_t>(nb))};
   TapSink* taps = want_taps ? &sink : nullptr;
+  // The ctx_proj tap is a host read-back between the chunk's kernels: the launches are the same.
   ingest_context(batch, admissions, taps);
   upload_step(batch);
-  run_block_forward(nb, width, taps);
 
+  // The judged pass is the block forward as shipped: graphs after warmup, PDL, no taps.
+  ForwardPath path;
+  path.mode = run_block_forward(nb, width);
+  path.pdl = plan_.pdl;
   const int64_t vocab = config_.vocab_size;
   const int64_t draft_rows = static_cast<int64_t>(nb) * (width - 1);
-  DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_logits_.get(), logits_.get(), static_cast<size_t>(draft_rows * vocab) * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
-  DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_tokens_.get(), tokens_.get(), static_cast<size_t>(draft_rows) * 4,
-                                    cudaMemcpyDeviceToHost, stream_));
-  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto copy_back = [&] {
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_logits_.get(), logits_.get(), static_cast<size_t>(draft_rows * vocab) * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(h_tokens_.get(), tokens_.get(), static_cast<size_t>(draft_rows) * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  };
+  copy_back();
 
   std::vector<ProposeOutput> outputs;
   for (int b = 0; b < nb; ++b) {
@@ -83,11 +114,24 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
     out.logits = Tensor({width - 1, vocab}, std::vector<float>(first, first + (width - 1) * vocab));
     const int32_t* tokens = h_tokens_.get() + static_cast<int64_t>(b) * (width - 1);
     out.draft_tokens.assign(tokens, tokens + (width - 1));
-    if (taps) {
-      out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
-      out.taps.push_back({stage_name(StageKind::kLogits), out.logits});
-    }
+    out.path = path;
     outputs.push_back(std::move(out));
+  }
+  if (taps == nullptr) return outputs;
+
+  // Taps: a second, eager pass over the same device inputs (the block forward writes no pool
+  // slot, so it recomputes the judged pass); its logits and tokens must equal the judged ones.
+  enqueue_block_forward(nb, width, taps);
+  copy_back();
+  for (int b = 0; b < nb; ++b) {
+    ProposeOutput& out = outputs[static_cast<size_t>(b)];
+    const int64_t row0 = static_cast<int64_t>(b) * (width - 1);
+    out.path.taps_from_second_pass = true;
+    out.path.tap_pass_difference = first_bit_difference(out.logits.values.data(), h_logits_.get() + row0 * vocab,
+                                                        out.draft_tokens.data(), h_tokens_.get() + row0, width - 1, vocab);
+    out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
+    const float* first = h_logits_.get() + row0 * vocab;
+    out.taps.push_back({stage_name(StageKind::kLogits), Tensor({width - 1, vocab}, std::vector<float>(first, first + (width - 1) * vocab))});
   }
   return outputs;
 }
@@ -215,23 +259,28 @@ void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
   up(d_positions_, h_positions_, static_cast<size_t>(nb) * width);
   last_batch_ = nb;
   last_width_ = width;
+  last_seqs_.clear();
+  for (const ProposeInput& in : batch) last_seqs_.push_back(in.seq);
 }
 
-void CudaDrafter::run_block_forward(int batch, int width, TapSink* taps) {
-  if (taps != nullptr || !options_.graphs) {
-    enqueue_block_forward(batch, width, taps);
-    return;
+const char* CudaDrafter::run_block_forward(int batch, int width) {
+  if (!options_.graphs) {
+    enqueue_block_forward(batch, width, nullptr);
+    return "eager";
   }
   GraphEntry& entry = graphs_[{width, batch}];
   if (entry.exec == nullptr && entry.eager_runs < options_.warmup) {
     enqueue_block_forward(batch, width, nullptr);
     ++entry.eager_runs;
-    return;
+    return "eager";
   }
+  const char* mode = "graph-replay";
   if (entry.exec == nullptr) {
+    mode = "graph-capture";
     entry.exec = capture_graph(stream_, [&] { enqueue_block_forward(batch, width, nullptr); });
   }
   DFLASH_CUDA_CHECK(cudaGraphLaunch(entry.exec, stream_));
+  return mode;
 }
 
 RmsNormArgs CudaDrafter::rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out,

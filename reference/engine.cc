@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -33,6 +34,37 @@ class Engine final : public DrafterEngine {
         kv_(config.num_layers, num_slots, config.kv_dim()),
         eps_(static_cast<T>(config.rms_norm_eps)),
         geometry_{config.num_heads, config.num_kv_heads, config.head_dim} {}
+
+  void ingest(const std::vector<SequenceStep>& steps) override { ingest_context(steps, false, nullptr); }
+
+  KvRows read_kv(int layer, const std::vector<int64_t>& slots) const override {
+    if (layer < 0 || layer >= config_.num_layers) throw bad_input("read_kv: no layer " + std::to_string(layer));
+    const AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(layer)];
+    const AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(layer)];
+    const int64_t n = static_cast<int64_t>(slots.size()), cols = k_pool.cols();
+    KvRows out{Tensor::zeros({n, cols}), Tensor::zeros({n, cols})};
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = slots[static_cast<size_t>(i)];
+      if (slot < 0 || slot >= k_pool.rows()) {
+        throw bad_input("read_kv: slot " + std::to_string(slot) + " outside the pool of " +
+                        std::to_string(k_pool.rows()));
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        out.k.row(i)[c] = static_cast<float>(k_pool.row(slot)[c]);
+        out.v.row(i)[c] = static_cast<float>(v_pool.row(slot)[c]);
+      }
+    }
+    return out;
+  }
+
+  void poison(const std::vector<int64_t>& slots) override {
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    for (int l = 0; l < config_.num_layers; ++l) {
+      for (AlignedMatrix<T>* pool : {&kv_.k[static_cast<size_t>(l)], &kv_.v[static_cast<size_t>(l)]}) {
+        for (int64_t slot : slots) std::fill(pool->row(slot), pool->row(slot) + pool->cols(), nan);
+      }
+    }
+  }
 
   std::string compute_type() const override { return policy_.use_double ? "double" : "float"; }
   int threads() const override { return pool_.threads(); }

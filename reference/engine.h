@@ -32,6 +32,12 @@ class DrafterEngine {
   // Returns one output per step, in order. Does not throw on valid steps.
   virtual std::vector<ProposeOutput> propose(const std::vector<SequenceStep>& steps, int block_width,
                                              bool want_taps) = 0;
+  // Only the context half: the rows entering the windows, written to the pools at their slots.
+  virtual void ingest(const std::vector<SequenceStep>& steps) = 0;
+  // The stored K and V of `slots` in `layer` (test/debug read-back).
+  virtual KvRows read_kv(int layer, const std::vector<int64_t>& slots) const = 0;
+  // Every layer's K and V of `slots` set to NaN (HeadSettings::poison_freed_pages).
+  virtual void poison(const std::vector<int64_t>& slots) = 0;
   virtual std::string compute_type() const = 0;
   virtual int threads() const = 0;
 };

@@ -3,6 +3,7 @@
 // precision (engine.h).
 #include "reference/reference_drafter.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -26,7 +27,14 @@ class ReferenceDrafter final : public PagedProposer {
         weights_(checked_weights(config, std::move(weights))),
         engine_(make_drafter_engine(config_, *weights_, settings_.precision,
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
-                                    options.threads)) {}
+                                    options.threads)),
+        fault_(options.fault) {
+    if (settings_.poison_freed_pages) {  // the debug mode: every page starts on the free list, poisoned
+      std::vector<int> pages(static_cast<size_t>(settings_.pool_pages));
+      for (int p = 0; p < settings_.pool_pages; ++p) pages[static_cast<size_t>(p)] = p;
+      poison_pages(pages);
+    }
+  }
 
   std::string name() const override { return std::string("reference-") + precision_name(settings_.precision); }
 
@@ -46,9 +54,22 @@ class ReferenceDrafter final : public PagedProposer {
       s.window_slots = table_.window_slots(s.seq);
       s.start = batch[b].start;
       s.anchor = batch[b].anchor;
+      plant_fault(&s);
     }
-    return engine_->propose(steps, block_g_, want_taps);
+    // What attention reads: the slot list it is handed, the window ending just before the anchor.
+    spans_.clear();
+    for (const SequenceStep& s : steps) {
+      spans_.push_back({s.seq, s.start - static_cast<int64_t>(s.window_slots.size()), s.start - 1});
+    }
+    std::vector<ProposeOutput> outputs = engine_->propose(steps, block_g_, want_taps);
+    if (fault_ == PlantedFault::kKeepsBlockRow) keep_block_rows(steps);
+    return outputs;
   }
+
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
+    return engine_->read_kv(layer, slots);
+  }
+  std::vector<AttentionSpan> attention_spans() const override { return spans_; }
 
 
   std::vector<std::pair<std::string, std::string>> describe() const override {
@@ -108,8 +129,52 @@ class ReferenceDrafter final : public PagedProposer {
     return weights;
   }
 
+  int64_t pool_slots() const { return static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size; }
+
+  // PlantedFault (negative controls): what the engine is handed, changed after the bookkeeping.
+  void plant_fault(SequenceStep* s) const {
+    std::vector<int64_t>& window = s->window_slots;
+    switch (fault_) {
+      case PlantedFault::kWrongSlot:
+        if (!s->new_slots.empty()) s->new_slots.back() = (s->new_slots.back() + 1) % pool_slots();
+        break;
+      case PlantedFault::kStaleRead:
+        if (!window.empty()) window.front() = (window.front() + pool_slots() - 1) % pool_slots();
+        break;
+      case PlantedFault::kReadsPastWindow:
+        if (!window.empty()) window.push_back((window.back() + 1) % pool_slots());
+        break;
+      case PlantedFault::kNone:
+      case PlantedFault::kKeepsBlockRow:
+        break;
+    }
+  }
+
+  // kKeepsBlockRow: the slot after each window receives a row (the window's newest context row
+  // again, standing in for a block row's K/V that was not dropped).
+  void keep_block_rows(const std::vector<SequenceStep>& steps) {
+    for (const SequenceStep& s : steps) {
+      if (s.new_slots.empty()) continue;
+      SequenceStep kept = s;
+      kept.first_row = s.first_row + static_cast<int64_t>(s.new_slots.size()) - 1;
+      kept.first_position = s.start - 1;
+      kept.new_slots = {(s.window_slots.back() + 1) % pool_slots()};
+      engine_->ingest({kept});
+    }
+  }
+
+  void poison_pages(const std::vector<int>& pages) override {
+    std::vector<int64_t> slots;
+    for (int page : pages) {
+      for (int i = 0; i < settings_.kv_page_size; ++i) slots.push_back(static_cast<int64_t>(page) * settings_.kv_page_size + i);
+    }
+    engine_->poison(slots);
+  }
+
   const std::shared_ptr<const DrafterWeights> weights_;
   std::unique_ptr<DrafterEngine> engine_;
+  const PlantedFault fault_;
+  std::vector<AttentionSpan> spans_;
 };
 
 }  // namespace
@@ -130,6 +195,43 @@ std::unique_ptr<DraftProposer> make_reference_drafter(const DrafterConfig& confi
                                                       std::shared_ptr<const DrafterWeights> weights,
                                                       const HeadSettings& settings, const ReferenceOptions& options) {
   return std::make_unique<ReferenceDrafter>(config, std::move(weights), settings, options);
+}
+
+ContextKvFunction make_reference_context_kv(const DrafterConfig& config,
+                                            std::shared_ptr<const DrafterWeights> weights, Precision precision,
+                                            int64_t max_rows) {
+  if (!weights) throw bad_input("reference context K/V: no weights given");
+  validate_drafter_weights(config, *weights);
+  std::shared_ptr<DrafterEngine> engine(
+      make_drafter_engine(config, *weights, precision, std::max<int64_t>(max_rows, 1), reference_threads_from_env()));
+  const int layers = config.num_layers;
+  const int64_t chunk = std::max<int64_t>(max_rows, 1);
+  return [engine, weights, layers, chunk](const Tensor& rows, int64_t first_position) {
+    std::vector<KvRows> out(static_cast<size_t>(layers));
+    std::vector<std::vector<float>> k(static_cast<size_t>(layers)), v(static_cast<size_t>(layers));
+    int64_t kv_dim = 0;
+    // The engine's pools hold `chunk` rows: longer windows go through in chunks (rows are independent).
+    for (int64_t begin = 0; begin < rows.rows(); begin += chunk) {
+      SequenceStep step;
+      step.ctx = &rows;
+      step.first_row = begin;
+      step.first_position = first_position + begin;
+      for (int64_t i = 0; i < std::min(chunk, rows.rows() - begin); ++i) step.new_slots.push_back(i);
+      step.window_slots = step.new_slots;
+      engine->ingest({step});
+      for (int l = 0; l < layers; ++l) {
+        const KvRows part = engine->read_kv(l, step.new_slots);
+        kv_dim = part.k.cols();
+        k[static_cast<size_t>(l)].insert(k[static_cast<size_t>(l)].end(), part.k.values.begin(), part.k.values.end());
+        v[static_cast<size_t>(l)].insert(v[static_cast<size_t>(l)].end(), part.v.values.begin(), part.v.values.end());
+      }
+    }
+    for (int l = 0; l < layers; ++l) {
+      out[static_cast<size_t>(l)] = {Tensor({rows.rows(), kv_dim}, std::move(k[static_cast<size_t>(l)])),
+                                     Tensor({rows.rows(), kv_dim}, std::move(v[static_cast<size_t>(l)]))};
+    }
+    return out;
+  };
 }
 
 std::unique_ptr<DraftProposer> make_reference_drafter(const DrafterConfig& config,

@@ -12,4 +12,10 @@ std::unique_ptr<DraftProposer> make_reference_drafter(const DrafterConfig& confi
                                                       std::shared_ptr<const DrafterWeights> weights,
                                                       const HeadSettings& settings);
 
+// ContextKvFunction (core/proposer.h) computed by the reference at `precision` from the rows alone
+// (fc, hidden_norm, k_proj/v_proj, k_norm, RoPE). One engine of max_rows slots serves every call
+// (longer row sets go through it in chunks).
+ContextKvFunction make_reference_context_kv(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
+                                            Precision precision, int64_t max_rows);
+
 }  // namespace dflash

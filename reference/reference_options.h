@@ -8,8 +8,19 @@
 
 namespace dflash {
 
+// Faults planted in the reference for negative controls only (tests): each leaves the page-table
+// bookkeeping right and breaks what is stored or read, so only the stored-state checks can see it.
+enum class PlantedFault {
+  kNone,
+  kWrongSlot,        // the newest context row of each propose is written one slot further on
+  kKeepsBlockRow,    // a propose also writes into the slot after its window (a block row kept)
+  kStaleRead,        // attention reads the slot before the window's oldest in place of the oldest
+  kReadsPastWindow,  // attention is also handed the slot after the window's newest (one row too many)
+};
+
 struct ReferenceOptions {
   int threads = 1;  // >= 1
+  PlantedFault fault = PlantedFault::kNone;
 };
 
 // DFLASH_REF_THREADS when set (a positive integer; anything else is a bad_input naming the

@@ -1,5 +1,7 @@
 #include "tools/backends.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "reference/reference_drafter.h"
 #if DFLASH_HAVE_CUDA
@@ -9,16 +11,30 @@
 namespace dflash {
 namespace {
 
+// The fixture's head at `precision`, with freed pages poisoned (the debug mode the stored-state
+// checks read: a stale read then shows as NaN).
 HeadSettings head_for(const Fixture& fixture, Precision precision) {
   HeadSettings head = fixture.head;
   head.precision = precision;
+  head.poison_freed_pages = true;
   return head;
 }
 
-std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision) {
+// The reference's K/V of context rows at the lane's precision, for windows as long as the lane's.
+ContextKvFunction recompute_for(const Fixture& fixture, Precision precision) {
+  const HeadSettings head = head_for(fixture, precision).resolved(fixture.config);
+  const int64_t pool_slots = static_cast<int64_t>(head.pool_pages) * head.kv_page_size;
+  const int64_t window = head.uncapped ? pool_slots : std::min<int64_t>(head.ctx_cap, pool_slots);
+  return make_reference_context_kv(fixture.config, fixture.weights, precision, window);
+}
+
+std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, int warmup) {
+  if (warmup < 0) throw bad_input("--warmup " + std::to_string(warmup) + ": expected an integer >= 0");
 #if DFLASH_HAVE_CUDA
+  CudaOptions options = CudaOptions{}.with_environment();
+  options.warmup = warmup;
   return make_cuda_drafter(fixture.config, std::shared_ptr<const DrafterWeights>(fixture.weights),
-                           head_for(fixture, precision), CudaOptions{}.with_environment());
+                           head_for(fixture, precision), options);
 #else
   (void)fixture;
   (void)precision;
@@ -57,11 +73,11 @@ void check_backend_runs_here(BackendChoice backend, Precision precision) {
 #endif
 }
 
-DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision) {
+DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision, int cuda_warmup) {
   fixture.load_weights();
   DrafterSet set;
   const auto add = [&](std::unique_ptr<DraftProposer> drafter, Precision p, bool with_fixture) {
-    set.lanes.push_back({drafter.get(), p, with_fixture});
+    set.lanes.push_back({drafter.get(), p, with_fixture, recompute_for(fixture, p)});
     set.drafters.push_back(std::move(drafter));
   };
   switch (backend) {
@@ -69,13 +85,13 @@ DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision prec
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, true);
       break;
     case BackendChoice::kCuda:
-      add(make_cuda(fixture, precision), precision, true);
+      add(make_cuda(fixture, precision, cuda_warmup), precision, true);
       break;
     case BackendChoice::kBoth:
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kFp64)),
           Precision::kFp64, true);
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, false);
-      add(make_cuda(fixture, precision), precision, false);
+      add(make_cuda(fixture, precision, cuda_warmup), precision, false);
       set.cross_checks.push_back({1, 2});
       break;
   }

@@ -35,6 +35,8 @@ void check_backend_runs_here(BackendChoice backend, Precision precision);
 // cuda: the CUDA drafter at `precision`, compared with the fixture.
 // both: the reference in fp64 compared with the fixture, and the reference emulating the CUDA mode
 //       (`precision`) compared with the CUDA drafter.
-DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision);
+// The CUDA drafter runs as shipped (CudaOptions' defaults and the environment) except for
+// `cuda_warmup`, the eager passes before a graph is captured.
+DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision, int cuda_warmup);
 
 }  // namespace dflash

@@ -17,6 +17,7 @@ struct BisectArgs {
   int seq = -1;
   std::string backend = "reference";
   std::string precision;
+  int warmup = 1;
 };
 
 // The step must exist and propose for the sequence.
@@ -46,6 +47,7 @@ int run_bisect(const BisectArgs& args) {
                                                                                  : std::optional<std::string>(args.precision));
   check_backend_runs_here(request.backend, request.precision);
   request.options.last_step = args.step;
+  request.cuda_warmup = args.warmup;
   const ReplayResult result = read_and_replay(
       args.fixture, request, [&](const Fixture& f) { check_step_and_sequence(f, args.step, args.seq); });
 
@@ -79,6 +81,9 @@ Command add_bisect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "fp64 | fp32 | bf16 | fp8 (as for replay)")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
+  cmd->add_option("--warmup", args->warmup, "CUDA drafter: eager passes before a graph is captured (as for replay)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   return {cmd, [args] { return run_bisect(*args); }};
 }
 

@@ -18,6 +18,7 @@ struct ReplayArgs {
   std::string backend = "reference";
   std::string precision;  // empty: the backend's default
   std::string json_path;
+  int warmup = 1;
   bool verbose = false;
 };
 
@@ -27,6 +28,7 @@ int run_replay(const ReplayArgs& args) {
   request.precision = resolve_precision(request.backend, args.precision.empty() ? std::nullopt
                                                                                  : std::optional<std::string>(args.precision));
   check_backend_runs_here(request.backend, request.precision);
+  request.cuda_warmup = args.warmup;
 
   Progress progress(std::cout, stdout_is_terminal(), args.verbose);
   std::vector<ReplayResult> results;
@@ -83,6 +85,11 @@ Command add_replay_command(CLI::App& app) {
   cmd->add_option("--precision", args->precision,
                   "fp64 | fp32 | bf16 | fp8 (default: fp64 for the reference, fp8 for cuda and both)")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
+  cmd->add_option("--warmup", args->warmup,
+                  "CUDA drafter: eager passes of a (block width, batch size) before its graph is captured; later "
+                  "proposes of that shape replay the graph (overrides DFLASH_CUDA_WARMUP)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
   cmd->add_flag("-v,--verbose", args->verbose,
                 "Every setting of each drafter, and progress lines when stdout is not a terminal");

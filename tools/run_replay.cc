@@ -14,7 +14,7 @@ ReplayResult read_and_replay(const std::string& path, const ReplayRequest& reque
   try {
     Fixture fixture = read_fixture(path);
     if (prepare) prepare(fixture);
-    DrafterSet drafters = make_drafters(fixture, request.backend, request.precision);
+    DrafterSet drafters = make_drafters(fixture, request.backend, request.precision, request.cuda_warmup);
     return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, request.options);
   } catch (const HarnessError&) {
     throw;

@@ -10,6 +10,9 @@ namespace dflash {
 struct ReplayRequest {
   BackendChoice backend = BackendChoice::kReference;
   Precision precision = Precision::kFp64;
+  // Eager passes of the CUDA drafter before it captures the graph of a (width, batch); the
+  // command's --warmup, applied over DFLASH_CUDA_WARMUP so short fixtures reach graph replays.
+  int cuda_warmup = 1;
   ReplayOptions options;
 };
 

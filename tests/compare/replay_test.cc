@@ -171,6 +171,47 @@ TEST(Replay, BrokenProposeOutputIsAnInvariantFailure) {
   EXPECT_EQ(r.invariant_failures[0].proposer, "scripted-a");
 }
 
+TEST(Replay, RecordsEachDrafterPathPerProposeStep) {
+  // A drafter whose first propose runs eager and whose later ones replay a graph.
+  int proposes = 0;
+  ScriptedProposer drafter("scripted-a", head(), [&](ProposeOutput* out) {
+    out->path.mode = proposes == 0 ? "eager" : "graph-replay";
+    out->path.pdl = true;
+  });
+  const Fixture fixture = scripted_fixture();
+  ReplayOptions options;
+  options.on_step = [&](int done, int) { proposes = done; };
+  const ReplayResult r = replay_fixture(fixture, {{&drafter, Precision::kFp64, true}}, {}, options);
+  EXPECT_TRUE(r.passed());
+  ASSERT_EQ(r.paths.size(), 3u);  // the release step proposes nothing
+  EXPECT_EQ(r.paths[0].step, 0);
+  EXPECT_EQ(r.paths[0].mode, "eager");
+  EXPECT_EQ(r.paths[1].mode, "graph-replay");
+  EXPECT_EQ(r.paths[2].step, 3);
+  EXPECT_TRUE(r.paths[2].pdl);
+  EXPECT_EQ(r.proposers[0].path_counts.at("eager"), 1);
+  EXPECT_EQ(r.proposers[0].path_counts.at("graph-replay"), 2);
+}
+
+TEST(Replay, ATappedPassThatDiffersFromTheJudgedPassIsItsOwnFinding) {
+  // The judged outputs match the fixture; the drafter says its second, tapped pass computed
+  // other logits: the replay fails with "taps-change-result", not with a stage divergence.
+  ScriptedProposer drafter("scripted-a", head(), [](ProposeOutput* out) {
+    out->path.mode = "graph-replay";
+    out->path.taps_from_second_pass = true;
+    if (out->seq == 1) out->path.tap_pass_difference = "logits[0, 2]: judged pass 1, tapped pass 2";
+  });
+  const ReplayResult r = replay_fixture(scripted_fixture(), {{&drafter, Precision::kFp64, true}}, {});
+  EXPECT_FALSE(r.passed());
+  EXPECT_FALSE(r.first_divergence.has_value());
+  ASSERT_EQ(r.invariant_failures.size(), 2u);  // sequence 1 in steps 1 and 3
+  EXPECT_EQ(r.invariant_failures[0].invariant, "taps-change-result");
+  EXPECT_EQ(r.invariant_failures[0].step, 1);
+  EXPECT_NE(r.invariant_failures[0].detail.find("sequence 1"), std::string::npos);
+  EXPECT_NE(r.invariant_failures[0].detail.find("logits[0, 2]"), std::string::npos);
+  EXPECT_TRUE(r.paths[0].taps_from_second_pass);
+}
+
 TEST(Replay, StopsAfterTheRequestedStep) {
   ScriptedProposer drafter("scripted-a", head());
   ReplayOptions options;

@@ -156,6 +156,32 @@ TEST_P(DrafterGpu, GraphReplayIsBitIdenticalToEager) {
   EXPECT_FALSE(drafter_graph_captured(without, 8, 1));
 }
 
+// A propose that asks for taps is judged on the shipped path (graph replays, PDL) and its taps
+// come from a second, eager pass whose logits and tokens equal the judged ones bit for bit.
+TEST_P(DrafterGpu, TappedProposesAreJudgedOnTheGraphPath) {
+  const DrafterConfig c = config();
+  const auto w = make_random_weights(c, 5);
+  CudaOptions graphs;
+  graphs.warmup = 1;
+  CudaDrafter tapped(c, w, small_settings(GetParam().precision), graphs);
+  CudaDrafter plain(c, w, small_settings(GetParam().precision), graphs);
+  const auto with = run_script(tapped, script(), true);
+  expect_bitwise_equal(with, run_script(plain, script()), "tapped vs untapped, graphs on");
+  std::map<std::string, int> modes;
+  for (const ProposeOutput& out : with) {
+    ++modes[out.path.mode];
+    EXPECT_TRUE(out.path.taps_from_second_pass);
+    EXPECT_EQ(out.path.tap_pass_difference, "") << "seq " << out.seq;
+    EXPECT_EQ(out.path.pdl, tapped.plan().pdl);
+    ASSERT_FALSE(out.taps.empty());
+  }
+  // Outputs (one per sequence) of script()'s shapes under warmup 1: the first propose of each
+  // (width, batch) eager, the second captured, later ones replayed with new positions and pages.
+  EXPECT_EQ(modes["eager"], 7);
+  EXPECT_EQ(modes["graph-capture"], 6);
+  EXPECT_EQ(modes["graph-replay"], 9);
+}
+
 TEST_P(DrafterGpu, BatchPagePermutationAndRunToRunInvariance) {
   const DrafterConfig c = config();
   const auto w = make_random_weights(c, 6);

@@ -1,0 +1,183 @@
+#include "compare/kv_invariants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "compare/stage_check.h"
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+std::string seq_name(int seq) { return "sequence " + std::to_string(seq); }
+
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0; }
+
+bool all_nan(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isnan(row[i])) return false;
+  }
+  return true;
+}
+
+bool capped(const HeadSettings& s) { return !(s.uncapped || s.ctx_cap == 0); }
+
+}  // namespace
+
+std::optional<PoolSnapshot> snapshot_pools(const DraftProposer& proposer) {
+  const PoolView pool = proposer.pool_view();
+  std::vector<int64_t> slots(static_cast<size_t>(pool.num_pages) * static_cast<size_t>(pool.page_size));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
+  PoolSnapshot snapshot;
+  for (int l = 0; l < proposer.config().num_layers; ++l) {
+    std::optional<KvRows> rows = proposer.read_kv(l, slots);
+    if (!rows) return std::nullopt;
+    snapshot.layers.push_back(std::move(*rows));
+  }
+  return snapshot;
+}
+
+std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, const ContextKvFunction& recompute,
+                                                const TolerancePair& pair, const ContextRows& rows) {
+  std::vector<InvariantViolation> out;
+  const DrafterConfig& config = proposer.config();
+  const int64_t features = config.ctx_feature_dim();
+  for (int seq : proposer.sequences()) {
+    const SequenceView view = proposer.sequence_view(seq);
+    const std::vector<int64_t> slots = proposer.window_slots(seq);
+    if (slots.empty()) continue;
+    const int64_t n = static_cast<int64_t>(slots.size());
+    Tensor ctx = Tensor::zeros({n, features});
+    auto fed = rows.find(seq);
+    bool complete = fed != rows.end();
+    for (int64_t i = 0; complete && i < n; ++i) {
+      auto row = fed->second.find(view.window_begin + i);
+      if (row == fed->second.end()) {
+        complete = false;
+        break;
+      }
+      std::copy_n(row->second, features, ctx.row(i));
+    }
+    if (!complete) {
+      out.push_back({"kv-stored", seq_name(seq) + ": its window " + std::to_string(view.window_begin) + ".." +
+                                      std::to_string(view.next_position - 1) +
+                                      " holds positions whose context rows were never fed"});
+      continue;
+    }
+    const std::vector<KvRows> want = recompute(ctx, view.window_begin);
+    for (int l = 0; l < config.num_layers; ++l) {
+      const std::optional<KvRows> got = proposer.read_kv(l, slots);
+      if (!got) return out;  // no read-back: nothing stored to check
+      for (bool key : {true, false}) {
+        const std::string what = "L" + std::to_string(l) + (key ? ".K" : ".V");
+        const Tensor& w = key ? want[static_cast<size_t>(l)].k : want[static_cast<size_t>(l)].v;
+        const Tensor& a = key ? got->k : got->v;
+        const StageBound bound = stage_bound(pair, context_kv_path(config, key), config.kv_dim());
+        const StageCheck check = check_stage(what, -1, w, a, bound);
+        if (check.passed) continue;
+        std::string detail = seq_name(seq) + ", " + what;
+        if (!check.shape_ok) {
+          detail += ": " + check.shape_detail;
+        } else {
+          const int64_t position = view.window_begin + check.fail_row;
+          detail += " of position " + std::to_string(position) + " (slot " +
+                    std::to_string(slots[static_cast<size_t>(check.fail_row)]) + "), column " +
+                    std::to_string(check.fail_col) + ": recomputed " + std::to_string(check.fail_expected) +
+                    ", stored " + std::to_string(check.fail_actual) + " (" + check.fail_criterion + " " +
+                    std::to_string(check.fail_value) + " > " + std::to_string(check.fail_bound) + ")";
+        }
+        out.push_back({"kv-stored", detail});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<InvariantViolation> check_kv_outside_windows(const DraftProposer& proposer, const PoolSnapshot& before,
+                                                         const PoolSnapshot& after) {
+  std::vector<InvariantViolation> out;
+  const PoolView pool = proposer.pool_view();
+  const bool poison = proposer.settings().poison_freed_pages;
+  std::set<int64_t> in_window;
+  for (int seq : proposer.sequences()) {
+    for (int64_t slot : proposer.window_slots(seq)) in_window.insert(slot);
+  }
+  const int64_t slots = static_cast<int64_t>(pool.num_pages) * pool.page_size;
+  for (size_t l = 0; l < after.layers.size() && l < before.layers.size(); ++l) {
+    for (bool key : {true, false}) {
+      const Tensor& b = key ? before.layers[l].k : before.layers[l].v;
+      const Tensor& a = key ? after.layers[l].k : after.layers[l].v;
+      const int64_t cols = a.cols();
+      const std::string what = "L" + std::to_string(l) + (key ? ".K" : ".V");
+      int changed = 0, unpoisoned = 0;
+      std::string first_changed, first_unpoisoned;
+      for (int64_t slot = 0; slot < slots && slot < a.rows() && slot < b.rows(); ++slot) {
+        if (in_window.count(slot)) continue;
+        const int page = static_cast<int>(slot / pool.page_size);
+        const bool free = pool.page_owner[static_cast<size_t>(page)] == -1;
+        const bool nan = all_nan(a.row(slot), cols);
+        if (poison && free && !nan && unpoisoned++ == 0) {
+          first_unpoisoned = what + " of slot " + std::to_string(slot) + " (free page " + std::to_string(page) +
+                             ") is not NaN";
+        }
+        if (same_bits(b.row(slot), a.row(slot), cols) || (poison && free && nan)) continue;
+        if (changed++ == 0) {
+          const int owner = pool.page_owner[static_cast<size_t>(page)];
+          first_changed = what + " of slot " + std::to_string(slot) + " (page " + std::to_string(page) + ", " +
+                          (owner == -1 ? std::string("free") : "owned by " + seq_name(owner)) +
+                          ", in no window) changed: column 0 " + std::to_string(b.row(slot)[0]) + " -> " +
+                          std::to_string(a.row(slot)[0]);
+        }
+      }
+      if (changed > 0) {
+        out.push_back({"kv-outside-window", first_changed + (changed > 1 ? " (and " + std::to_string(changed - 1) +
+                                                                                 " more slots)"
+                                                                           : "")});
+      }
+      if (unpoisoned > 0) {
+        out.push_back({"kv-poison", first_unpoisoned + (unpoisoned > 1 ? " (and " + std::to_string(unpoisoned - 1) +
+                                                                             " more slots)"
+                                                                       : "")});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<InvariantViolation> check_attention_spans(const DraftProposer& proposer,
+                                                      const std::map<int, int64_t>& anchor_of) {
+  std::vector<InvariantViolation> out;
+  const std::vector<AttentionSpan> spans = proposer.attention_spans();
+  if (spans.empty()) return out;  // no report: a test double
+  const HeadSettings& s = proposer.settings();
+  std::set<int> reported;
+  for (const AttentionSpan& span : spans) {
+    reported.insert(span.seq);
+    auto anchor = anchor_of.find(span.seq);
+    if (anchor == anchor_of.end()) {
+      out.push_back({"attention-window", seq_name(span.seq) + ": attention read it, but it was not proposed"});
+      continue;
+    }
+    const int64_t first = capped(s) ? std::max<int64_t>(0, anchor->second - s.ctx_cap) : 0;
+    const int64_t last = anchor->second - 1;
+    if (span.first != first || span.last != last) {
+      out.push_back({"attention-window",
+                     seq_name(span.seq) + ": attention read context positions " + std::to_string(span.first) + ".." +
+                         std::to_string(span.last) + "; the window before anchor position " +
+                         std::to_string(anchor->second) + " (ctx_cap " +
+                         (capped(s) ? std::to_string(s.ctx_cap) : std::string("uncapped")) + ") is " +
+                         std::to_string(first) + ".." + std::to_string(last)});
+    }
+  }
+  for (const auto& entry : anchor_of) {
+    if (!reported.count(entry.first)) {
+      out.push_back({"attention-window", seq_name(entry.first) + " was proposed but no attention span was reported"});
+    }
+  }
+  return out;
+}
+
+}  // namespace dflash
