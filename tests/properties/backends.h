@@ -24,6 +24,15 @@ struct Backend {
   bool taps = true;                   // exposes the taps of drafter.md §7
   std::string unavailable;            // non-empty: why properties on it skip
   int default_cases = 100;            // cases per property unless DFLASH_PROP_CASES / RC_PARAMS say
+  // >= 0: the proposer captures a graph per (width, batch) after this many eager passes and
+  // reports ForwardPath modes, which property 8 checks; -1: no graphs.
+  int graph_warmup = -1;
+  // The reference's K/V of context rows (make_reference_context_kv), for the kv-stored check of the
+  // stored state; empty: that check is not run. Its presence also turns on the debug mode that
+  // poisons freed pages (HeadSettings::poison_freed_pages).
+  std::function<ContextKvFunction(const DrafterConfig&, std::shared_ptr<const DrafterWeights>, Precision,
+                                  int64_t max_rows)>
+      kv_oracle;
 
   // A proposer with `settings` at `precision`.
   std::unique_ptr<DraftProposer> build(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,

@@ -26,6 +26,11 @@ inline void PrintTo(const BrokenVariant& variant, std::ostream* os) { *os << var
 // The variants of properties 1-6, 8 and 10 (the proposer-generic ones).
 std::vector<BrokenVariant> generic_broken_variants();
 
+// Faults planted in the reference itself (ReferenceOptions::fault) with the bookkeeping right: a
+// wrong slot written, a block row kept, a stale slot read, one row read past the window. Each must
+// fail with the name of the stored-state check that sees it (reference_backend.cc).
+std::vector<BrokenVariant> planted_fault_variants();
+
 // Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
 void expect_caught(const Backend& base, const BrokenVariant& variant);
 

@@ -28,6 +28,10 @@ class ForwardingProposer : public DraftProposer {
   SequenceView sequence_view(int seq) const override { return inner_->sequence_view(seq); }
   std::vector<int64_t> window_slots(int seq) const override { return inner_->window_slots(seq); }
   PoolView pool_view() const override { return inner_->pool_view(); }
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
+    return inner_->read_kv(layer, slots);
+  }
+  std::vector<AttentionSpan> attention_spans() const override { return inner_->attention_spans(); }
   std::vector<std::pair<std::string, std::string>> describe() const override { return inner_->describe(); }
 
  protected:

@@ -1,13 +1,42 @@
 #include "reference/reference_drafter.h"
+#include "reference/reference_options.h"
 #include "tests/properties/backends.h"
+#include "tests/properties/broken_variants.h"
+#include "tests/properties/proposer_properties.h"
 
 namespace dflash::prop {
+namespace {
+
+// The reference with `fault` planted (ReferenceOptions::fault), named after it.
+std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name) {
+  return [fault, name](const Backend& base) {
+    Backend b = base;
+    b.name = base.name + "+" + name;
+    b.make = [fault](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
+                     const HeadSettings& settings) {
+      ReferenceOptions options;
+      options.threads = reference_threads_from_env();
+      options.fault = fault;
+      return make_reference_drafter(config, std::move(weights), settings, options);
+    };
+    return b;
+  };
+}
+
+std::function<void(const Backend&, const Backend&)> on_broken(void (*property)(const Backend&)) {
+  return [property](const Backend&, const Backend& broken) { property(broken); };
+}
+
+}  // namespace
 
 Backend reference_backend() {
   Backend b;
   b.name = "reference";
-  b.make = make_reference_drafter;
+  b.make = [](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+    return make_reference_drafter(config, std::move(weights), settings);
+  };
   b.precisions = {Precision::kFp64, Precision::kFp32, Precision::kBf16, Precision::kFp8};
+  b.kv_oracle = make_reference_context_kv;
   return b;
 }
 
@@ -16,6 +45,19 @@ Backend reference_backend(Precision precision) {
   b.name = std::string("reference-") + precision_name(precision);
   b.precisions = {precision};
   return b;
+}
+
+std::vector<BrokenVariant> planted_fault_variants() {
+  return {
+      {"WritesAWrongSlot", on_broken(cache_slots_property), planting(PlantedFault::kWrongSlot, "wrong-slot"),
+       "[kv-stored]"},
+      {"KeepsABlockRow", on_broken(cache_slots_property), planting(PlantedFault::kKeepsBlockRow, "keeps-block-row"),
+       "[kv-outside-window]"},
+      {"ReadsAStaleSlot", on_broken(cache_slots_property), planting(PlantedFault::kStaleRead, "stale-read"),
+       "[logits-finite]"},
+      {"ReadsOneRowPastTheWindow", on_broken(context_window_property),
+       planting(PlantedFault::kReadsPastWindow, "reads-past-window"), "[attention-window]"},
+  };
 }
 
 }  // namespace dflash::prop

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "compare/invariants.h"
+#include "compare/kv_invariants.h"
 #include "core/error.h"
 #include "core/stages.h"
 #include "tests/properties/pool_model.h"
@@ -144,18 +146,45 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
     const auto violations = check_all_invariants(proposer, next);
     if (!violations.empty()) fail_case(where + ": invariants broken:" + describe_violations(violations));
   };
+  // What the proposer stored and read (compare/kv_invariants.h), from its read-back.
+  std::map<int, std::map<int64_t, std::vector<float>>> fed;  // proposer id -> position -> context row
+  const TolerancePair kv_pair = cross_pair(settings.precision, "recomputed K/V", settings.precision, proposer.name());
+  auto check_stored = [&](const std::string& where, const std::optional<PoolSnapshot>& before,
+                          const std::map<int, int64_t>& anchors) {
+    std::vector<InvariantViolation> violations;
+    if (!anchors.empty()) violations = check_attention_spans(proposer, anchors);  // after a propose
+    if (before) {
+      const std::optional<PoolSnapshot> after = snapshot_pools(proposer);
+      if (after) {
+        for (InvariantViolation& v : check_kv_outside_windows(proposer, *before, *after)) violations.push_back(v);
+      }
+      if (options.recompute_kv) {
+        ContextRows rows;
+        for (const auto& [id, positions] : fed) {
+          for (const auto& [position, row] : positions) rows[id][position] = row.data();
+        }
+        for (InvariantViolation& v : check_stored_kv(proposer, options.recompute_kv, kv_pair, rows)) {
+          violations.push_back(v);
+        }
+      }
+    }
+    if (!violations.empty()) fail_case(where + ": stored state broken:" + describe_violations(violations));
+  };
 
   for (const TraceStep& step : trace.steps) {
     const std::string where = "step #" + std::to_string(step.id) + " (" + proposer.name() + ")";
     if (step.release) {
+      const std::optional<PoolSnapshot> before = snapshot_pools(proposer);
       for (int seq : step.released) {
         const int id = seq + options.seq_offset;
         ensure_added(id);
         proposer.release_sequence(id);
+        fed.erase(id);
         next.erase(id);
         model.next.erase(id);
         model.released.insert(id);
       }
+      check_stored(where + " after release", before, {});
       check_state(where + " after release");
       continue;
     }
@@ -189,6 +218,7 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
 
     proposer.set_block_g(step.width);
     const Snapshot before = options.tolerate_exhaustion ? snapshot(proposer) : Snapshot{};
+    const std::optional<PoolSnapshot> pools_before = snapshot_pools(proposer);
     std::vector<ProposeOutput> outputs;
     try {
       outputs = proposer.propose(batch, options.want_taps);
@@ -205,6 +235,16 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
       continue;
     }
     if (cannot_fit) fail_case(where + ": accepted a batch whose windows need more pages than the pool has");
+    std::map<int, int64_t> anchors;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      anchors[batch[b].seq] = batch[b].start;
+      for (int64_t r = 0; r < batch[b].ctx->rows(); ++r) {
+        const float* row = batch[b].ctx->row(r);
+        fed[batch[b].seq][batch[b].start - batch[b].ctx->rows() + r].assign(row, row + features);
+      }
+    }
+    // The stored state first: a wrong slot or a stale read also spoils the outputs checked below.
+    check_stored(where, pools_before, anchors);
 
     if (outputs.size() != batch.size()) {
       fail_case(where + ": " + std::to_string(outputs.size()) + " outputs for " + std::to_string(batch.size()) +

@@ -1,6 +1,7 @@
 // Plays a trace on any proposer, checking after every step what must hold for every proposer:
 // the propose output (clamp, logits shape, draft tokens = lowest-index argmax), the windows and the
-// cache-slot invariants (compare/invariants.h), the taps' names and shapes when asked for, and, for
+// cache-slot invariants (compare/invariants.h), the stored K/V and the window attention read where
+// the proposer has a read-back (compare/kv_invariants.h), the taps' names and shapes when asked for, and, for
 // a refused propose, that it was a pool exhaustion the pool model allows and that nothing changed.
 // Any violation fails the current RapidCheck case with the step and the sequence named.
 #pragma once
@@ -28,6 +29,8 @@ struct RunOptions {
   StreamOf stream = default_stream;
   // Proposer sequence id = trace id + offset (replays on one proposer use fresh ids).
   int seq_offset = 0;
+  // The K/V the pools must hold for context rows (kv-stored); empty: that check is not run.
+  ContextKvFunction recompute_kv = {};
 };
 
 struct StepResult {
