@@ -10,8 +10,9 @@
 
 namespace dflash {
 
-// The engine's levers, resolved once per head (settings first, then environment variables, both
-// documented in docs/cuda-drafter.md) and reported by describe().
+// The engine's levers, reported by describe(). with_environment() applies the environment
+// variables (docs/cuda-drafter.md); the factory takes the options as given, so a caller decides
+// what the environment may change.
 struct CudaOptions {
   bool graphs = true;  // DFLASH_CUDA_GRAPHS=0 turns graph capture off
   int warmup = 2;      // DFLASH_CUDA_WARMUP: eager passes before a width/batch graph is captured
@@ -29,8 +30,9 @@ struct CudaOptions {
 // True when a CUDA device can run this build; otherwise `why` says what is missing.
 bool cuda_device_available(std::string* why);
 
-// Throws HarnessError(kUnsupported) when no device can run it, kBadInput for a geometry the
-// kernels were not built for (e.g. a head_dim other than 64, 128, 256).
+// `options` as given (apply with_environment() first for the environment's levers). Throws
+// HarnessError(kUnsupported) when no device can run it, kBadInput for a geometry the kernels were
+// not built for (e.g. a head_dim other than 64, 128, 256).
 std::unique_ptr<DraftProposer> make_cuda_drafter(const DrafterConfig& config,
                                                  std::shared_ptr<const DrafterWeights> weights,
                                                  const HeadSettings& settings, const CudaOptions& options);

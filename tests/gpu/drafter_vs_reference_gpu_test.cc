@@ -126,7 +126,7 @@ TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
       settings.precision = precision;
       const std::string what = f.name + " " + precision_name(precision);
       auto ref = make_reference_drafter(f.config, f.weights, settings);
-      auto cuda = make_cuda_drafter(f.config, f.weights, settings, CudaOptions{});
+      auto cuda = make_cuda_drafter(f.config, f.weights, settings, CudaOptions{}.with_environment());
       const Replayed r = replay(*ref, f);
       const Replayed c = replay(*cuda, f);
       Summary s;
@@ -211,7 +211,7 @@ void real_geometry(const DrafterGeometry& g) {
     settings.max_batch = 1;
     settings.precision = precision;
     const std::string what = g.name + " " + precision_name(precision);
-    auto cuda = make_cuda_drafter(config, weights, settings, CudaOptions{});
+    auto cuda = make_cuda_drafter(config, weights, settings, CudaOptions{}.with_environment());
     auto ref = make_reference_drafter(config, weights, settings);
     std::vector<ProposeOutput> outs[2];
     for (int side = 0; side < 2; ++side) {

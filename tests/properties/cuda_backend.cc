@@ -25,9 +25,14 @@ Backend cuda_backend(bool graphs) {
     b.unavailable = "no CUDA device can run this build: " + why;
     return b;
   }
+  // The environment may choose kernels (DFLASH_CUDA_KERNELS, the gate's variants) and the device;
+  // graphs, their warmup and the precision are the property's (make_cuda_drafter applies no
+  // environment of its own).
   CudaOptions options = CudaOptions{}.with_environment();
-  options.graphs = graphs;  // the property decides, not DFLASH_CUDA_GRAPHS
-  options.precision = "";   // nor DFLASH_CUDA_PRECISION: HeadSettings::precision is the case's
+  options.graphs = graphs;
+  options.warmup = 1;
+  options.precision = "";  // HeadSettings::precision is the case's
+  if (graphs) b.graph_warmup = options.warmup;
   b.make = [options](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                      const HeadSettings& settings) { return make_cuda_drafter(config, std::move(weights), settings, options); };
 #else

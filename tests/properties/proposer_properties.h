@@ -32,8 +32,11 @@ void argmax_ties_property(const Backend& backend);
 //    the logits within compare/'s tolerance model (cross_pair, stage_bound), checked in forward
 //    order so the first stage over its bound is named; draft tokens equal or tie-excused.
 void matches_reference_property(const Backend& reference, const Backend& candidate);
-// 8. Two backends (graphs on, graphs off) give bit-identical outputs over traces whose batch
-//    shapes repeat, with positions, widths and page tables changing between replays.
-void same_bits_property(const Backend& eager, const Backend& graphs);
+// 8. Two backends (graphs on, graphs off) give bit-identical outputs, without taps, over traces
+//    whose batch shapes repeat, with positions, widths and page tables changing between replays.
+//    When `graphs` has graphs (Backend::graph_warmup >= 0), every propose past a shape's warmup
+//    must report a graph capture or replay; cases with a replay at new positions are counted in
+//    *cases_with_changed_replays (the caller asserts a minimum).
+void same_bits_property(const Backend& eager, const Backend& graphs, int* cases_with_changed_replays = nullptr);
 
 }  // namespace dflash::prop
