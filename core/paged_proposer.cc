@@ -86,6 +86,13 @@ void PagedProposer::release_sequence(int seq) {
   });
 }
 
+void PagedProposer::poison_free_pool() {
+  if (!settings_.poison_freed_pages) return;
+  std::vector<int> pages(static_cast<size_t>(settings_.pool_pages));
+  for (int p = 0; p < settings_.pool_pages; ++p) pages[static_cast<size_t>(p)] = p;
+  poison_pages(pages);
+}
+
 void PagedProposer::poison_pages(const std::vector<int>& pages) {
   (void)pages;
   throw bad_input(name() + ": poison_freed_pages asked, but this proposer keeps no K/V pools of its own");

@@ -44,6 +44,9 @@ class PagedProposer : public DraftProposer {
   // pools. Called after a release or an admission freed them; the default refuses (a proposer
   // without pools of its own cannot run in that mode).
   virtual void poison_pages(const std::vector<int>& pages);
+  // In the debug mode, every page (all start on the free list) poisoned: for the most-derived
+  // constructor, once its pools exist.
+  void poison_free_pool();
 
   const DrafterConfig config_;
   const HeadSettings settings_;

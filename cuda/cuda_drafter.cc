@@ -175,11 +175,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     k_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
     v_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
   }
-  if (settings_.poison_freed_pages) {  // the debug mode: every page starts on the free list, poisoned
-    std::vector<int> pages(static_cast<size_t>(settings_.pool_pages));
-    for (int p = 0; p < settings_.pool_pages; ++p) pages[static_cast<size_t>(p)] = p;
-    poison_pages(pages);
-  }
+  poison_free_pool();
 
   const int64_t rows = static_cast<int64_t>(settings_.max_batch) * max_width_;
   const int64_t draft_rows = static_cast<int64_t>(settings_.max_batch) * (max_width_ - 1);

@@ -29,11 +29,7 @@ class ReferenceDrafter final : public PagedProposer {
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
                                     options.threads)),
         fault_(options.fault) {
-    if (settings_.poison_freed_pages) {  // the debug mode: every page starts on the free list, poisoned
-      std::vector<int> pages(static_cast<size_t>(settings_.pool_pages));
-      for (int p = 0; p < settings_.pool_pages; ++p) pages[static_cast<size_t>(p)] = p;
-      poison_pages(pages);
-    }
+    poison_free_pool();
   }
 
   std::string name() const override { return std::string("reference-") + precision_name(settings_.precision); }
