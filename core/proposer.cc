@@ -1,5 +1,6 @@
 #include "core/proposer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -22,6 +23,11 @@ bool parse_precision(const std::string& name, Precision* out) {
     if (name == precision_name(p)) { *out = p; return true; }
   }
   return false;
+}
+
+int64_t HeadSettings::max_window() const {
+  const int64_t pool_slots = static_cast<int64_t>(pool_pages) * kv_page_size;
+  return uncapped ? pool_slots : std::min<int64_t>(ctx_cap, pool_slots);
 }
 
 int64_t HeadSettings::pages_for(int64_t window_positions) const {

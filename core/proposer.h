@@ -48,6 +48,9 @@ struct HeadSettings {
   // Pages per layer pool for max_batch windows of `window_positions` each (a window can straddle
   // one page more than it fills); refused past limits::kPoolPages.
   int64_t pages_for(int64_t window_positions) const;
+  // The most context positions one window can hold: ctx_cap, or the whole pool when uncapped or
+  // smaller (resolved settings).
+  int64_t max_window() const;
 };
 
 // One sequence's part of a batched propose.

@@ -105,7 +105,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   sm_count_ = prop.multiProcessorCount;
 
   const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
-  max_window_ = settings_.uncapped ? pool_slots : std::min<int64_t>(settings_.ctx_cap, pool_slots);
+  max_window_ = settings_.max_window();
   max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
   max_chunks_ = static_cast<int>((max_window_ + max_width_ + kAttentionChunk - 1) / kAttentionChunk);
 

@@ -1,7 +1,5 @@
 #include "tools/backends.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "reference/reference_drafter.h"
 #if DFLASH_HAVE_CUDA
@@ -22,9 +20,7 @@ HeadSettings head_for(const Fixture& fixture, Precision precision) {
 
 // The reference's K/V of context rows at the lane's precision, for windows as long as the lane's.
 ContextKvFunction recompute_for(const Fixture& fixture, Precision precision) {
-  const HeadSettings head = head_for(fixture, precision).resolved(fixture.config);
-  const int64_t pool_slots = static_cast<int64_t>(head.pool_pages) * head.kv_page_size;
-  const int64_t window = head.uncapped ? pool_slots : std::min<int64_t>(head.ctx_cap, pool_slots);
+  const int64_t window = head_for(fixture, precision).resolved(fixture.config).max_window();
   return make_reference_context_kv(fixture.config, fixture.weights, precision, window);
 }
 

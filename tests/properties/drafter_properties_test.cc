@@ -73,9 +73,10 @@ TEST(CudaProperties, P8_GraphReplayEqualsEagerBitForBit) {
     ++cases;
     same_bits_property(cuda_backend(/*graphs=*/false), graphs, &changed);
   });
-  // Traces draw from two widths, so most cases replay a graph at new positions; a quarter is the
-  // least that shows the property judged replays rather than captures.
-  EXPECT_GE(changed * 4, cases) << changed << " of " << cases << " cases replayed a graph with new positions";
+  // A replay needs a third propose of one (width, batch) (warmup 1); traces of 1-10 steps over two
+  // widths reach it often but not always. A tenth is the floor that shows replays were judged: no
+  // graph path at all (graphs off, a warmup past every trace) gives none.
+  EXPECT_GE(changed * 10, cases) << changed << " of " << cases << " cases replayed a graph with new positions";
 }
 
 // Each property must fail on its broken variant of the reference (none can pass vacuously).

@@ -35,10 +35,8 @@ bool exact_precision(Precision p) { return p == Precision::kFp32 || p == Precisi
 // `run` with the stored-state check of the backend's K/V recomputation, when it has one.
 RunOptions checking_stored_kv(const Backend& backend, const Scenario& s, RunOptions run = {}) {
   if (!backend.kv_oracle) return run;
-  const HeadSettings head = s.settings.resolved(s.config);
-  const int64_t pool_slots = static_cast<int64_t>(head.pool_pages) * head.kv_page_size;
-  const int64_t window = head.uncapped ? pool_slots : std::min<int64_t>(head.ctx_cap, pool_slots);
-  run.recompute_kv = backend.kv_oracle(s.config, s.weights, s.settings.precision, window);
+  run.recompute_kv =
+      backend.kv_oracle(s.config, s.weights, s.settings.precision, s.settings.resolved(s.config).max_window());
   return run;
 }
 
