@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compare/invariants.h"
@@ -66,9 +67,13 @@ class Replayer {
     }
     result_.num_layers = fixture.config.num_layers;
     result_.total_steps = static_cast<int>(fixture.steps.size());
+    bool fp8 = fixture.expect_precision == "fp8";
     for (const ReplayLane& lane : lanes_) {
       result_.proposers.push_back({lane.proposer->name(), precision_name(lane.precision), lane.proposer->describe()});
+      fp8 = fp8 || lane.precision == Precision::kFp8;
     }
+    // The fp8 envelope is derived from the quantization error of these weights (docs/tolerances.md).
+    if (fp8 && fixture.weights) quantization_ = measure_weight_quantization(*fixture.weights);
     for (size_t i = 0; i < lanes_.size(); ++i) {
       if (!lanes_[i].compare_with_fixture) continue;
       PairSummary pair;
@@ -274,7 +279,8 @@ class Replayer {
     seq_result.start = entry.start;
     seq_result.window = settings.uncapped ? entry.start : std::min(entry.start, settings.ctx_cap);
     const std::map<std::string, StagePath> paths =
-        stage_paths(fixture_.config, seq_result.window, seq_result.block_width);
+        stage_paths(fixture_.config, seq_result.window, seq_result.block_width,
+                    quantization_ ? &*quantization_ : nullptr);
     const int num_layers = fixture_.config.num_layers;
 
     const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
@@ -371,6 +377,7 @@ class Replayer {
   const std::vector<ReplayLane>& lanes_;
   const ReplayOptions& options_;
   ReplayResult result_;
+  std::optional<WeightQuantization> quantization_;
   std::map<int, int64_t> next_position_;
   std::set<int> added_;
   ContextRows ctx_rows_;                  // every context row fed, by (sequence, position)

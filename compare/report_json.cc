@@ -97,7 +97,8 @@ json stage_summary(const ReplayResult& result, int pair) {
 
 json model_to_json(const ErrorModel& m) {
   return {{"name", m.name}, {"storage", m.storage}, {"accumulation", m.accumulation},
-          {"weights", m.weights}, {"floor", m.floor}};
+          {"rounds_at_boundaries", m.rounds_at_boundaries}, {"quantized_weights", m.quantized_weights},
+          {"floor", m.floor}};
 }
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where) {
@@ -152,6 +153,7 @@ json replay_result_to_json(const ReplayResult& result) {
                      {"expected_model", model_to_json(pair.tolerance.expected)},
                      {"actual_model", model_to_json(pair.tolerance.actual)},
                      {"shared_quantized_weights", pair.tolerance.shared_quantized_weights},
+                     {"same_rounding_points", pair.tolerance.same_rounding_points},
                      {"sequences", totals.sequences},
                      {"failed_sequences", totals.failed_sequences},
                      {"tokens", {{"agree", totals.agree}, {"tie_excused", totals.excused}, {"mismatch", totals.mismatch}}},

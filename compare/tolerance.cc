@@ -10,62 +10,87 @@ namespace dflash {
 namespace {
 
 StagePath operator+(const StagePath& a, const StagePath& b) {
-  return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms, a.accumulation + b.accumulation};
+  return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms, a.accumulation + b.accumulation,
+          a.boundaries + b.boundaries, a.quantization + b.quantization};
 }
 
 // Where two paths join, the longer one (component by component, an upper bound of either).
 StagePath longest(const StagePath& a, const StagePath& b) {
   return {std::max(a.roundings, b.roundings), std::max(a.fp8_gemms, b.fp8_gemms),
-          std::max(a.accumulation, b.accumulation)};
+          std::max(a.accumulation, b.accumulation), std::max(a.boundaries, b.boundaries),
+          std::max(a.quantization, b.quantization)};
 }
 
-// The steps of one stage, as a bf16 engine (PyTorch on a GPU, drafter.md §3) computes them. Each
-// entry: {roundings, fp8 GEMMs, accumulation length}.
-StagePath gemm(int64_t inner, bool quantized_in_fp8) { return {1, quantized_in_fp8 ? 1 : 0, inner}; }
+// The steps of one stage, as a bf16 engine (PyTorch on a GPU, drafter.md §3) computes them, with
+// the drafters' bf16 boundaries (docs/reference-precision.md) where they fall. Each entry:
+// {roundings, fp8 GEMMs, accumulation length, boundaries, quantization}.
+StagePath gemm(int64_t inner) { return {1, 0, inner, 0, 0.0}; }
+// A GEMM on per-row E4M3 weights whose relative error is `delta`.
+StagePath fp8_gemm(int64_t inner, double delta) { return {1, 1, inner, 0, delta * delta}; }
 // RMSNorm: the normalized value is rounded, then its product with the weight (K = H for mean(x²)).
-StagePath rms_norm(int64_t width) { return {2, 0, width}; }
+StagePath rms_norm(int64_t width) { return {2, 0, width, 0, 0.0}; }
 // RoPE: cos/sin rounded to the activation type, two products, one sum.
-const StagePath kRope = {3, 0, 0};
-const StagePath kElementwise = {1, 0, 0};  // one rounded elementwise op (residual add, silu, product)
+const StagePath kRope = {3, 0, 0, 0, 0.0};
+const StagePath kElementwise = {1, 0, 0, 0, 0.0};  // one rounded elementwise op (residual add, silu, product)
+const StagePath kBoundary = {0, 0, 0, 1, 0.0};     // a drafter stores the value as bf16
+
+// δ of each fp8 GEMM: measured, or the a-priori bound of one E4M3 rounding.
+struct GemmErrors {
+  const WeightQuantization* measured;
+  double layer(int l, double WeightQuantization::Layer::*gemm) const {
+    return measured ? measured->layers[static_cast<size_t>(l)].*gemm : kUnitRoundoffE4M3;
+  }
+  double lm_head() const { return measured ? measured->lm_head : kUnitRoundoffE4M3; }
+};
 
 }  // namespace
 
-std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width) {
+std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
+                                             const WeightQuantization* measured) {
+  if (measured != nullptr && measured->layers.size() != static_cast<size_t>(config.num_layers)) {
+    throw internal_error("stage_paths: quantization measured for " + std::to_string(measured->layers.size()) +
+                         " layers of a " + std::to_string(config.num_layers) + "-layer drafter");
+  }
+  const GemmErrors delta{measured};
+  using L = WeightQuantization::Layer;
   const int64_t H = config.hidden_size, d = config.head_dim, I = config.intermediate_size;
   std::map<std::string, StagePath> paths;
   // Context rows and the embedding row are bf16 inputs, exact.
-  const StagePath ctx_proj = gemm(config.ctx_feature_dim(), false) + rms_norm(H);  // fc stays bf16
+  const StagePath ctx_proj = gemm(config.ctx_feature_dim()) + rms_norm(H) + kBoundary;  // fc stays bf16
   paths[stage_name(StageKind::kCtxProj)] = ctx_proj;
   StagePath h = {};
   paths[stage_name(StageKind::kEmbed)] = h;
   for (int l = 0; l < config.num_layers; ++l) {
-    const StagePath attn_norm = h + rms_norm(H);
-    const StagePath qk_own = gemm(H, true) + rms_norm(d) + kRope;  // projection, q/k_norm, RoPE
-    const StagePath v_own = gemm(H, true);
+    const StagePath attn_norm = h + rms_norm(H) + kBoundary;
+    // projection, q/k_norm, RoPE, stored as bf16 (the context K/V in the cache alike)
+    const StagePath q_own = fp8_gemm(H, delta.layer(l, &L::q)) + rms_norm(d) + kRope + kBoundary;
+    const StagePath k_own = fp8_gemm(H, delta.layer(l, &L::k)) + rms_norm(d) + kRope + kBoundary;
+    const StagePath v_own = fp8_gemm(H, delta.layer(l, &L::v)) + kBoundary;
     paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm;
-    paths[stage_name(StageKind::kQ, l)] = attn_norm + qk_own;
-    paths[stage_name(StageKind::kK, l)] = attn_norm + qk_own;
+    paths[stage_name(StageKind::kQ, l)] = attn_norm + q_own;
+    paths[stage_name(StageKind::kK, l)] = attn_norm + k_own;
     paths[stage_name(StageKind::kV, l)] = attn_norm + v_own;
-    // Scores (K = d), probabilities (normalizing sum over window + B), P·V (K = window + B). The
-    // q, k and v branches carry independent errors, so all three enter, on top of the longer of the
-    // block rows' and the context rows' inputs.
-    const StagePath attention_own = {3, 0, d + 2 * (window + block_width)};
-    const StagePath attn = longest(attn_norm, ctx_proj) + qk_own + qk_own + v_own + attention_own;
+    // Scores (K = d), probabilities (normalizing sum over window + B), P·V (K = window + B), the
+    // output stored as bf16. The q, k and v branches carry independent errors, so all three enter,
+    // on top of the longer of the block rows' and the context rows' inputs.
+    const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kBoundary;
+    const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
-    const StagePath o_proj = attn + gemm(config.q_dim(), true);
+    const StagePath o_proj = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
     paths[stage_name(StageKind::kOProj, l)] = o_proj;
     const StagePath h_mid = longest(h, o_proj) + kElementwise;  // residual add
-    const StagePath mlp_norm = h_mid + rms_norm(H);
+    const StagePath mlp_norm = h_mid + rms_norm(H) + kBoundary;
     paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm;
-    // gate and up (independent branches), silu, product, down.
-    const StagePath mlp = mlp_norm + gemm(H, true) + gemm(H, true) + kElementwise + kElementwise + gemm(I, true);
+    // gate and up (independent branches), silu, product stored as bf16, down.
+    const StagePath mlp = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) + fp8_gemm(H, delta.layer(l, &L::up)) +
+                          kElementwise + kElementwise + kBoundary + fp8_gemm(I, delta.layer(l, &L::down));
     paths[stage_name(StageKind::kMlp, l)] = mlp;
     h = longest(h_mid, mlp) + kElementwise;  // residual add
     paths[stage_name(StageKind::kOut, l)] = h;
   }
-  const StagePath final_norm = h + rms_norm(H);
+  const StagePath final_norm = h + rms_norm(H) + kBoundary;
   paths[stage_name(StageKind::kFinalNorm)] = final_norm;
-  paths[stage_name(StageKind::kLogits)] = final_norm + gemm(H, true);  // the lm_head is quantized in fp8 mode
+  paths[stage_name(StageKind::kLogits)] = final_norm + fp8_gemm(H, delta.lm_head());  // the lm_head is quantized in fp8 mode
   return paths;
 }
 
@@ -77,13 +102,14 @@ StagePath context_kv_path(const DrafterConfig& config, bool key) {
 
 ErrorModel error_model(Precision precision) {
   switch (precision) {
-    case Precision::kFp64: return {"fp64", kUnitRoundoffFp64, kUnitRoundoffFp64, 0, 0};
+    case Precision::kFp64: return {"fp64", kUnitRoundoffFp64, kUnitRoundoffFp64, false, false, 0};
     // The fp32 drafter also carries the fp32 contract bound as its floor: the roundoff estimate
     // alone leaves out the amplification of norms and softmax, and random geometries exceeded it by
     // up to 5x against fp64 (tests/properties, property 9); 1e-4 is the bound issue 3 states.
-    case Precision::kFp32: return {"fp32", kUnitRoundoffFp32, kUnitRoundoffFp32, 0, kFp32ExpectationBound};
-    case Precision::kBf16: return {"bf16-engine", kUnitRoundoffBf16, kUnitRoundoffFp32, 0, 0};
-    case Precision::kFp8: return {"fp8-engine", kUnitRoundoffBf16, kUnitRoundoffFp32, kUnitRoundoffE4M3, 0};
+    case Precision::kFp32: return {"fp32", kUnitRoundoffFp32, kUnitRoundoffFp32, false, false, kFp32ExpectationBound};
+    // The drafters' bf16 and fp8 modes round to bf16 at their storage boundaries only.
+    case Precision::kBf16: return {"bf16-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, false, 0};
+    case Precision::kFp8: return {"fp8-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, true, 0};
   }
   throw internal_error("error_model: unknown precision");
 }
@@ -95,14 +121,16 @@ ErrorModel fixture_error_model(const std::string& expect_precision) {
   }
   ErrorModel model = error_model(precision);
   model.name = "fixture-" + expect_precision;
+  model.rounds_at_boundaries = false;  // an engine (PyTorch) rounds after every op
   if (precision == Precision::kFp64) model.floor = kFp64ExpectationBound;
   if (precision == Precision::kFp32) model.floor = kFp32ExpectationBound;
   return model;
 }
 
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights) {
-  const double weights = count_weights ? model.weights : 0.0;
-  const double variance = path.roundings * model.storage * model.storage + path.fp8_gemms * weights * weights +
+  const double storage_roundings = model.rounds_at_boundaries ? path.boundaries : path.roundings;
+  const double quantization = count_weights && model.quantized_weights ? path.quantization : 0.0;
+  const double variance = storage_roundings * model.storage * model.storage + quantization +
                           static_cast<double>(path.accumulation) * model.accumulation * model.accumulation +
                           kUnitRoundoffFp32 * kUnitRoundoffFp32;
   return std::sqrt(variance);
@@ -122,13 +150,24 @@ TolerancePair cross_pair(Precision reference, const std::string& reference_name,
   pair.expected = error_model(reference);
   pair.actual = error_model(candidate);
   pair.shared_quantized_weights = reference == Precision::kFp8 && candidate == Precision::kFp8;
+  pair.same_rounding_points =
+      reference == candidate && (reference == Precision::kBf16 || reference == Precision::kFp8);
   pair.label = reference_name + " vs " + candidate_name;
   return pair;
 }
 
 StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t cols) {
-  const bool count_weights = !pair.shared_quantized_weights;
   StageBound bound;
+  if (pair.same_rounding_points) {
+    const double n = path.boundaries, u = kUnitRoundoffBf16;
+    const double accumulation = 2.0 * std::sqrt(static_cast<double>(path.accumulation) * kUnitRoundoffFp32 *
+                                                    kUnitRoundoffFp32 + kUnitRoundoffFp32 * kUnitRoundoffFp32);
+    bound.estimate = std::sqrt(n) * u + accumulation;
+    bound.rel_rms = 2.0 * std::sqrt(n) * u + kSafetyFactor * accumulation;
+    bound.max_rel = 2.0 * n * u + kSafetyFactor * accumulation;
+    return bound;
+  }
+  const bool count_weights = !pair.shared_quantized_weights;
   bound.estimate = relative_error_estimate(pair.expected, path, count_weights) +
                    relative_error_estimate(pair.actual, path, count_weights);
   const double floor = pair.expected.floor + pair.actual.floor;

@@ -1,12 +1,16 @@
-// The tolerance model (docs/tolerances.md): bounds DERIVED from the precisions of the two sides of
-// a comparison, never tuned. Each side's relative error against exact arithmetic is estimated from
-// the unit roundoffs it uses and the number of roundings on the longest path from the inputs to a
-// stage; a pair's bound is the safety factor times the sum of its two sides' estimates.
+// The tolerance model (docs/tolerances.md), the one every comparison uses (the CLI's replay, the GPU
+// tests, the properties): bounds DERIVED from the precisions of the two sides, never tuned. Each
+// side's relative error against exact arithmetic is estimated from the unit roundoffs it uses, the
+// roundings on the longest path from the inputs to a stage, and, for fp8 weights, the quantization
+// error measured on the weights at hand; a pair's bound is the safety factor times the sum of its
+// two sides' estimates. Two drafters that round at the same bf16 boundaries with the same weights
+// (the emulating reference vs the CUDA drafter) are held to the tight bf16-boundary model instead.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 
+#include "compare/weight_quantization.h"
 #include "core/config.h"
 #include "core/proposer.h"
 
@@ -28,14 +32,19 @@ constexpr double kFp32ExpectationBound = 1e-4;
 // The error sources on the longest path from the drafter's inputs (bf16 weights, context rows, the
 // anchor's embedding row) to one stage's output.
 struct StagePath {
-  int roundings = 0;         // roundings of values to the storage format (bf16 in a bf16 engine)
+  int roundings = 0;         // roundings of values to the storage format in an engine that rounds every op
   int fp8_gemms = 0;         // GEMMs whose weights an fp8 drafter holds as per-row E4M3
   int64_t accumulation = 0;  // summed inner lengths of the dot products and reductions
+  int boundaries = 0;        // bf16 storage boundaries of the drafters' bf16/fp8 modes (reference-precision.md)
+  double quantization = 0;   // sum of δ² over the fp8 GEMMs on the path (δ: relative weight error)
 };
 
 // The path of every stage (drafter.md §7 names) of one propose. `window` is the number of context
-// positions the block attends to, `block_width` the clamped width B.
-std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width);
+// positions the block attends to, `block_width` the clamped width B. `measured`: the quantization
+// error of each fp8 GEMM's weights (compare/weight_quantization.h); without it each fp8 GEMM counts
+// the a-priori bound u_w = 2^-4 of one E4M3 rounding.
+std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
+                                             const WeightQuantization* measured = nullptr);
 
 // The path of the K (key = true) or V a drafter stores for a context row in any layer: ctx_proj,
 // then k_proj, k_norm and RoPE (or v_proj).
@@ -46,20 +55,26 @@ struct ErrorModel {
   std::string name;           // "fp64", "bf16-engine", ...
   double storage = 0;         // unit roundoff of stage storage and elementwise ops
   double accumulation = 0;    // unit roundoff of the accumulators
-  double weights = 0;         // relative error of each weight (E4M3 quantization), 0 = exact bf16
-  double floor = 0;           // contract bound this side alone may use (fp64/fp32 fixtures)
+  // true: rounds to storage only at the drafters' bf16 boundaries (StagePath::boundaries); false:
+  // after every op (StagePath::roundings), as a PyTorch engine does.
+  bool rounds_at_boundaries = false;
+  bool quantized_weights = false;  // holds per-row E4M3 weights (StagePath::quantization enters)
+  double floor = 0;                // contract bound this side alone may use (fp64/fp32 fixtures)
 };
 
-// The drafter precisions (core/proposer.h). Their outputs are float tensors, so each model also
-// carries one fp32 rounding of the result.
+// The drafter precisions (core/proposer.h): the reference in that mode, or the CUDA drafter. Their
+// outputs are float tensors, so each model also carries one fp32 rounding of the result.
 ErrorModel error_model(Precision precision);
 // A fixture's provenance.expect_precision: "fp64", "fp32", "bf16" or "fp8" (anything else is
-// kBadInput naming the field). Expectations are stored as F32: one fp32 rounding on top.
+// kBadInput naming the field); bf16 and fp8 are engines that round after every op. Expectations
+// are stored as F32: one fp32 rounding on top.
 ErrorModel fixture_error_model(const std::string& expect_precision);
 
 // Estimated relative RMS error of one side at a stage:
-//   sqrt(roundings·u_s² + fp8_gemms·u_w² + accumulation·u_a² + u_fp32²)
-// (independent roundings add in variance; the last term is the fp32 storage of the result).
+//   sqrt(n·u_s² + quantization + accumulation·u_a² + u_fp32²)
+// with n the path's boundaries or roundings (ErrorModel::rounds_at_boundaries) and the
+// quantization term only for quantized weights (independent errors add in variance; the last term
+// is the fp32 storage of the result).
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights = true);
 
 // Two sides of a comparison.
@@ -70,11 +85,16 @@ struct TolerancePair {
   // Both sides hold the same E4M3 weights (the fp8-emulating reference vs the CUDA fp8 drafter):
   // the quantization error is common to both and cancels, so it is left out of the bound.
   bool shared_quantized_weights = false;
+  // Both sides round at the same bf16 boundaries from the same weights (a drafter mode against the
+  // reference emulating it: bf16/bf16 or fp8/fp8): the tight bf16-boundary model.
+  bool same_rounding_points = false;
 };
 
 // The fixture's expectations vs a drafter (the actual side).
 TolerancePair fixture_pair(const std::string& expect_precision, Precision actual, const std::string& actual_name);
-// Reference drafter (expected side) vs another drafter, e.g. the CUDA one.
+// Reference drafter (expected side) vs another drafter, e.g. the CUDA one. The same bf16 or fp8
+// mode on both sides is a same-precision pair (tight); the bf16 reference against an fp8 drafter
+// is the fp8 envelope.
 TolerancePair cross_pair(Precision reference, const std::string& reference_name, Precision candidate,
                          const std::string& candidate_name);
 
@@ -87,6 +107,10 @@ struct StageBound {
 //   rel_rms = max(floor, S·E),  max_rel = max(floor, S·E·sqrt(2·ln(2·cols)))
 // with floor = the sum of both sides' floors. sqrt(2 ln 2m) bounds the largest of m Gaussian
 // errors in units of their standard deviation (see docs/tolerances.md, "Tail criterion").
+// Same-precision pairs, n = path.boundaries, A = S·2·sqrt(accumulation·u_a² + u_fp32²):
+//   rel_rms = 2·sqrt(n)·u_bf16 + A,  max_rel = 2·n·u_bf16 + A
+// (a boundary rounds two values that differ only by fp32 reordering to bf16 values at most one
+// ulp apart: independent over the row for the norm, aligned for the element).
 StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t cols);
 
 }  // namespace dflash

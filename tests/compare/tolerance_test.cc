@@ -30,36 +30,106 @@ DrafterConfig hand_config() {
   return c;
 }
 
-void expect_path(const StagePath& p, int roundings, int fp8_gemms, int64_t accumulation, const std::string& stage) {
+void expect_path(const StagePath& p, int roundings, int fp8_gemms, int64_t accumulation, int boundaries,
+                 const std::string& stage) {
   EXPECT_EQ(p.roundings, roundings) << stage;
   EXPECT_EQ(p.fp8_gemms, fp8_gemms) << stage;
   EXPECT_EQ(p.accumulation, accumulation) << stage;
+  EXPECT_EQ(p.boundaries, boundaries) << stage;
+  // Without measured weights, each fp8 GEMM counts the a-priori E4M3 bound.
+  EXPECT_DOUBLE_EQ(p.quantization, fp8_gemms * std::ldexp(1.0, -8)) << stage;
 }
 
 TEST(Tolerance, StagePathsOfAHandConfig) {
   // H 8, nh·d 8, nkv·d 4, I 16, nT·Ht 16, window 10, B 4. Counted by hand from the table in
   // docs/tolerances.md: fc(1) + RMSNorm(2); q/k = RMSNorm + proj(1) + q_norm(2) + RoPE(3); ...
+  // Boundaries (docs/reference-precision.md): ctx_proj, attn_norm, q/k/v (each branch), attention
+  // output, mlp_norm, the MLP activation, final_norm.
   const auto paths = stage_paths(hand_config(), 10, 4);
-  expect_path(paths.at("ctx_proj"), 3, 0, 16 + 8, "ctx_proj");
-  expect_path(paths.at("embed"), 0, 0, 0, "embed");
-  expect_path(paths.at("L0.attn_norm"), 2, 0, 8, "attn_norm");
-  expect_path(paths.at("L0.q"), 8, 1, 8 + 8 + 4, "q");
-  expect_path(paths.at("L0.k"), 8, 1, 8 + 8 + 4, "k");
-  expect_path(paths.at("L0.v"), 3, 1, 8 + 8, "v");
-  // longest(attn_norm, ctx_proj) = (3, 0, 24), + q (6, 1, 12) + k (6, 1, 12) + v (1, 1, 8)
-  // + attention (3, 0, 4 + 2·14).
-  expect_path(paths.at("L0.attn"), 19, 3, 24 + 12 + 12 + 8 + 32, "attn");
-  expect_path(paths.at("L0.o_proj"), 20, 4, 88 + 8, "o_proj");
-  expect_path(paths.at("L0.mlp_norm"), 23, 4, 96 + 8, "mlp_norm");
-  expect_path(paths.at("L0.mlp"), 28, 7, 104 + 8 + 8 + 16, "mlp");
-  expect_path(paths.at("L0.out"), 29, 7, 136, "out");
-  expect_path(paths.at("final_norm"), 31, 7, 144, "final_norm");
-  expect_path(paths.at("logits"), 32, 8, 152, "logits");
+  expect_path(paths.at("ctx_proj"), 3, 0, 16 + 8, 1, "ctx_proj");
+  expect_path(paths.at("embed"), 0, 0, 0, 0, "embed");
+  expect_path(paths.at("L0.attn_norm"), 2, 0, 8, 1, "attn_norm");
+  expect_path(paths.at("L0.q"), 8, 1, 8 + 8 + 4, 2, "q");
+  expect_path(paths.at("L0.k"), 8, 1, 8 + 8 + 4, 2, "k");
+  expect_path(paths.at("L0.v"), 3, 1, 8 + 8, 2, "v");
+  // longest(attn_norm, ctx_proj) = (3, 0, 24, 1), + q (6, 1, 12, 1) + k (6, 1, 12, 1) + v (1, 1, 8, 1)
+  // + attention (3, 0, 4 + 2·14, 1).
+  expect_path(paths.at("L0.attn"), 19, 3, 24 + 12 + 12 + 8 + 32, 5, "attn");
+  expect_path(paths.at("L0.o_proj"), 20, 4, 88 + 8, 5, "o_proj");
+  expect_path(paths.at("L0.mlp_norm"), 23, 4, 96 + 8, 6, "mlp_norm");
+  expect_path(paths.at("L0.mlp"), 28, 7, 104 + 8 + 8 + 16, 7, "mlp");
+  expect_path(paths.at("L0.out"), 29, 7, 136, 7, "out");
+  expect_path(paths.at("final_norm"), 31, 7, 144, 8, "final_norm");
+  expect_path(paths.at("logits"), 32, 8, 152, 8, "logits");
   EXPECT_EQ(paths.size(), 13u);
 }
 
+TEST(Tolerance, MeasuredQuantizationFollowsTheGemmsOnThePath) {
+  WeightQuantization q;
+  q.layers = {{0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07}};  // q, k, v, o, gate, up, down
+  q.lm_head = 0.08;
+  const auto paths = stage_paths(hand_config(), 10, 4, &q);
+  auto sq = [](double x) { return x * x; };
+  EXPECT_DOUBLE_EQ(paths.at("ctx_proj").quantization, 0.0);  // fc stays bf16
+  EXPECT_DOUBLE_EQ(paths.at("L0.q").quantization, sq(0.01));
+  EXPECT_DOUBLE_EQ(paths.at("L0.k").quantization, sq(0.02));
+  EXPECT_DOUBLE_EQ(paths.at("L0.v").quantization, sq(0.03));
+  const double attn = sq(0.01) + sq(0.02) + sq(0.03);
+  EXPECT_DOUBLE_EQ(paths.at("L0.attn").quantization, attn);
+  EXPECT_DOUBLE_EQ(paths.at("L0.o_proj").quantization, attn + sq(0.04));
+  const double mlp = attn + sq(0.04) + sq(0.05) + sq(0.06) + sq(0.07);
+  EXPECT_DOUBLE_EQ(paths.at("L0.mlp").quantization, mlp);
+  EXPECT_DOUBLE_EQ(paths.at("logits").quantization, mlp + sq(0.08));
+  WeightQuantization wrong;
+  EXPECT_THROW(stage_paths(hand_config(), 10, 4, &wrong), HarnessError);
+}
+
+TEST(Tolerance, WeightQuantizationErrorByHand) {
+  // Row [1, 0.53]: scale 1/448; 0.53·448 = 237.44 rounds to the E4M3 value 240 (steps of 16 in
+  // [128, 256)), decoded 240/448. Row [2, 0]: both exact. δ = |err| / ||W||_F.
+  const Tensor w({2, 2}, {1.0f, 0.53f, 2.0f, 0.0f});
+  const float scale = 1.0f / 448.0f;
+  const double err = static_cast<double>(scale) * 240.0 - static_cast<double>(0.53f);
+  const double norm2 = 1.0 + static_cast<double>(0.53f) * 0.53f + 4.0;
+  EXPECT_NEAR(weight_quantization_error(w, 1), std::fabs(err) / std::sqrt(norm2), 1e-12);
+  EXPECT_EQ(weight_quantization_error(Tensor({1, 3}, {448.0f, -2.0f, 0.0f}), 1), 0.0);
+  EXPECT_EQ(weight_quantization_error(Tensor::zeros({2, 3}), 1), 0.0);
+  // Blocks of rows over threads: the same number whatever the count.
+  std::vector<float> many(600 * 8);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = std::sin(0.37 * static_cast<double>(i));
+  const Tensor big({600, 8}, many);
+  EXPECT_EQ(weight_quantization_error(big, 1), weight_quantization_error(big, 3));
+}
+
+TEST(Tolerance, DrafterSidesRoundAtTheirBoundariesFixturesAtEveryOp) {
+  // 100 roundings in a PyTorch engine, 4 bf16 boundaries in a drafter.
+  const StagePath path = {100, 0, 0, 4, 0.0};
+  const double u32 = std::ldexp(1.0, -24);
+  const StageBound drafter = stage_bound(cross_pair(Precision::kFp64, "reference-fp64", Precision::kBf16, "cuda-bf16"),
+                                         path, 64);
+  const double fp64_side = std::sqrt(100 * std::ldexp(1.0, -106) + u32 * u32);
+  EXPECT_NEAR(drafter.estimate, fp64_side + std::sqrt(4 * std::ldexp(1.0, -16) + u32 * u32), 1e-15);
+  const StageBound engine = stage_bound(fixture_pair("bf16", Precision::kFp64, "reference-fp64"), path, 64);
+  EXPECT_NEAR(engine.estimate, std::sqrt(100 * std::ldexp(1.0, -16) + u32 * u32) + fp64_side, 1e-15);
+}
+
+TEST(Tolerance, SamePrecisionPairsUseTheBoundaryModel) {
+  // n = 9 boundaries, K = 99: rel_rms = 2·3·2^-8 + 2·2·sqrt(100)·2^-24, max_rel = 2·9·2^-8 + the same.
+  const StagePath path = {40, 6, 99, 9, 0.5};
+  const double accumulation = 2 * 2 * 10 * std::ldexp(1.0, -24);
+  for (Precision p : {Precision::kBf16, Precision::kFp8}) {
+    const TolerancePair pair = cross_pair(p, "reference", p, "cuda");
+    EXPECT_TRUE(pair.same_rounding_points);
+    const StageBound b = stage_bound(pair, path, 4096);
+    EXPECT_NEAR(b.rel_rms, 6 * std::ldexp(1.0, -8) + accumulation, 1e-15);
+    EXPECT_NEAR(b.max_rel, 18 * std::ldexp(1.0, -8) + accumulation, 1e-15);
+  }
+  EXPECT_FALSE(cross_pair(Precision::kBf16, "r", Precision::kFp8, "c").same_rounding_points);
+  EXPECT_FALSE(cross_pair(Precision::kFp64, "r", Precision::kFp64, "c").same_rounding_points);
+}
+
 TEST(Tolerance, ContractBoundsForFp64AndFp32Expectations) {
-  const StagePath path = {32, 8, 152};
+  const StagePath path = {32, 8, 152, 9, 8 * 0x1p-8};
   const StageBound fp64 = stage_bound(fixture_pair("fp64", Precision::kFp64, "reference-fp64"), path, 64);
   EXPECT_DOUBLE_EQ(fp64.rel_rms, 1e-6);
   EXPECT_DOUBLE_EQ(fp64.max_rel, 1e-6);
@@ -71,7 +141,7 @@ TEST(Tolerance, ContractBoundsForFp64AndFp32Expectations) {
 TEST(Tolerance, Bf16BoundByHand) {
   // Four bf16 roundings and nothing else: E_bf16 = sqrt(4·2^-16 + 2^-48) ~ 2^-7, E_fp64 ~ 2^-24;
   // bound = 2·(E_bf16 + E_fp64); tail = bound·sqrt(2·ln(2·64)).
-  const StagePath path = {4, 0, 0};
+  const StagePath path = {4, 0, 0, 0, 0.0};
   const StageBound b = stage_bound(fixture_pair("bf16", Precision::kFp64, "reference-fp64"), path, 64);
   const double e_bf16 = std::sqrt(4 * std::ldexp(1.0, -16) + std::ldexp(1.0, -48));
   const double e_fp64 = std::sqrt(4 * std::ldexp(1.0, -106) + std::ldexp(1.0, -48));
@@ -81,7 +151,7 @@ TEST(Tolerance, Bf16BoundByHand) {
 }
 
 TEST(Tolerance, SharedQuantizedWeightsCancelAndTheEnvelopeKeepsThem) {
-  const StagePath one_fp8_gemm = {0, 1, 0};
+  const StagePath one_fp8_gemm = {0, 1, 0, 0, std::ldexp(1.0, -8)};
   const StageBound tight = stage_bound(cross_pair(Precision::kFp8, "reference-fp8", Precision::kFp8, "cuda-fp8"),
                                        one_fp8_gemm, 64);
   const StageBound bf16 = stage_bound(cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16"),
@@ -135,7 +205,7 @@ constexpr int64_t kCols = 64;
 
 TEST_P(EveryPair, NormCriterionFailsJustPastAndPassesInside) {
   const PairCase c = pair_cases()[GetParam()];
-  for (const StagePath& path : {StagePath{3, 0, 24}, StagePath{32, 8, 152}}) {
+  for (const StagePath& path : {StagePath{3, 0, 24, 2, 0.0}, StagePath{32, 8, 152, 9, 8 * 0x1p-8}}) {
     const StageBound bound = stage_bound(c.pair, path, kCols);
     const Tensor expected({2, kCols}, std::vector<float>(2 * kCols, 1.0f));
     // Every element of row 1 off by the same relative amount: rel RMS = max rel = that amount.
@@ -157,7 +227,7 @@ TEST_P(EveryPair, NormCriterionFailsJustPastAndPassesInside) {
 
 TEST_P(EveryPair, TailCriterionFailsJustPastAndPassesInside) {
   const PairCase c = pair_cases()[GetParam()];
-  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152}, kCols);
+  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152, 9, 8 * 0x1p-8}, kCols);
   ASSERT_LT(bound.max_rel / bound.rel_rms, std::sqrt(static_cast<double>(kCols)))
       << "one spike must stay inside the norm bound for this test to isolate the tail criterion";
   const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
@@ -175,7 +245,7 @@ TEST_P(EveryPair, TailCriterionFailsJustPastAndPassesInside) {
 
 TEST_P(EveryPair, NanAlwaysFails) {
   const PairCase c = pair_cases()[GetParam()];
-  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152}, kCols);
+  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152, 9, 8 * 0x1p-8}, kCols);
   const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
   Tensor actual = expected;
   actual.row(0)[5] = std::numeric_limits<float>::quiet_NaN();
@@ -189,7 +259,7 @@ TEST_P(EveryPair, NanAlwaysFails) {
 INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, 7));
 
 TEST(Tolerance, ShapeFaultFails) {
-  const StageBound bound = stage_bound(fixture_pair("bf16", Precision::kFp64, "r"), StagePath{3, 0, 24}, 4);
+  const StageBound bound = stage_bound(fixture_pair("bf16", Precision::kFp64, "r"), StagePath{3, 0, 24, 2, 0.0}, 4);
   const StageCheck check = check_stage("L0.k", 4, Tensor::zeros({2, 4}), Tensor::zeros({2, 8}), bound);
   EXPECT_FALSE(check.passed);
   EXPECT_FALSE(check.shape_ok);
