@@ -326,7 +326,7 @@ void matches_reference_property(const Backend& reference, const Backend& candida
                     (check.shape_ok ? "" : " " + check.shape_detail));
         }
       }
-      const TokenCheck tokens = compare_draft_tokens(eo.draft_tokens, ao.draft_tokens, eo.logits, logits_bound.max_rel);
+      const TokenCheck tokens = compare_draft_tokens(eo.draft_tokens, ao.draft_tokens, eo.logits, logits_bound.rel_rms);
       for (const TokenRow& row : tokens.rows) {
         if (row.verdict == TokenVerdict::kMismatch) {
           fail_case(where + "draft token of logits row " + std::to_string(row.row) + ": " + std::to_string(row.expected) +
