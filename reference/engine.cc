@@ -268,8 +268,10 @@ class Engine final : public DrafterEngine {
 }  // namespace
 
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
-                                                   Precision precision, int64_t num_slots, int threads) {
-  const StagePolicy policy = StagePolicy::for_precision(precision);
+                                                   Precision precision, int64_t num_slots, int threads,
+                                                   Fp8Fault fp8_fault) {
+  StagePolicy policy = StagePolicy::for_precision(precision);
+  policy.fp8_fault = fp8_fault;
   if (policy.use_double) return std::make_unique<Engine<double>>(config, weights, policy, num_slots, threads);
   return std::make_unique<Engine<float>>(config, weights, policy, num_slots, threads);
 }

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/proposer.h"
 #include "core/weights.h"
+#include "reference/stage_policy.h"
 
 namespace dflash {
 
@@ -45,6 +46,7 @@ class DrafterEngine {
 // `weights` must outlive the engine (fp32 projections read it in place). num_slots = pool pages ×
 // page size.
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
-                                                   Precision precision, int64_t num_slots, int threads);
+                                                   Precision precision, int64_t num_slots, int threads,
+                                                   Fp8Fault fp8_fault = Fp8Fault::kNone);
 
 }  // namespace dflash

@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "reference/aligned_matrix.h"
+#include "reference/stage_policy.h"
 #include "reference/thread_pool.h"
 
 namespace dflash {
@@ -26,7 +27,9 @@ class Linear {
   // is used in place, so `weight` must outlive this object; otherwise it is converted and owned.
   // Conversion and quantization run over `pool` in blocks of rows (each row is quantized on its
   // own, so the bytes do not depend on the thread count).
-  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool);
+  // `fault` plants an fp8 GEMM bug (stage_policy.h) in the quantized weights: negative controls only.
+  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool,
+         Fp8Fault fault = Fp8Fault::kNone);
 
   // A weight already in its compute form (the NVFP4 head): [out, in] values, owned, and per output
   // row a scale that multiplies the dot product (empty: none).
@@ -43,6 +46,7 @@ class Linear {
   void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
 
  private:
+  void plant_fault(Fp8Fault fault);
   void apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
                    AlignedMatrix<T>* y) const;
 

@@ -25,7 +25,7 @@ void check_finite(const Tensor& t, const std::string& name) {
 // product, as a w4a16 kernel does. Otherwise the float head, fp8-quantized where the policy says.
 template <typename T>
 Linear<T> make_lm_head(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool) {
-  if (!w.nvfp4_head()) return Linear<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool);
+  if (!w.nvfp4_head()) return Linear<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy.fp8_fault);
   const NvFp4Weight& q = w.lm_head_nvfp4;
   std::vector<T> values(static_cast<size_t>(q.rows * q.cols));
   constexpr int64_t kRowsPerTask = 1024;
@@ -91,13 +91,13 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.post_attention_norm = to_vector<T>(L.post_attention_layernorm);
     out.q_norm = to_vector<T>(L.q_norm);
     out.k_norm = to_vector<T>(L.k_norm);
-    out.q_proj = Linear<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool);
-    out.k_proj = Linear<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool);
-    out.v_proj = Linear<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool);
-    out.o_proj = Linear<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool);
-    out.gate_proj = Linear<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool);
-    out.up_proj = Linear<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool);
-    out.down_proj = Linear<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool);
+    out.q_proj = Linear<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy.fp8_fault);
+    out.k_proj = Linear<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy.fp8_fault);
+    out.v_proj = Linear<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy.fp8_fault);
+    out.o_proj = Linear<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy.fp8_fault);
+    out.gate_proj = Linear<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy.fp8_fault);
+    out.up_proj = Linear<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy.fp8_fault);
+    out.down_proj = Linear<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy.fp8_fault);
     layers.push_back(std::move(out));
   }
 }

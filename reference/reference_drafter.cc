@@ -25,14 +25,18 @@ class ReferenceDrafter final : public PagedProposer {
                    const HeadSettings& settings, const ReferenceOptions& options)
       : PagedProposer(checked_config(config), settings.resolved(config)),
         weights_(checked_weights(config, std::move(weights))),
+        fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
         engine_(make_drafter_engine(config_, *weights_, settings_.precision,
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
-                                    options.threads)),
+                                    options.threads, fp8_fault_)),
         fault_(options.fault) {
     poison_free_pool();
   }
 
-  std::string name() const override { return std::string("reference-") + precision_name(settings_.precision); }
+  std::string name() const override {
+    const std::string name = std::string("reference-") + precision_name(settings_.precision);
+    return fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
+  }
 
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
     // Bad inputs, gaps, overlaps, C = 0 on an empty sequence, a full pool: refused here with
@@ -83,6 +87,7 @@ class ReferenceDrafter final : public PagedProposer {
                             : policy.use_double ? "exact dequantization e2m1 * e4m3 * weight_scale_2 in fp64"
                                                 : "w4a16 emulation: e2m1 * e4m3 (exact in fp32) times the activations, fp32 "
                                                   "accumulation, weight_scale_2 once per output"},
+        {"fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_)},
         {"threads", std::to_string(engine_->threads())},
         {"simd_target", ops::dispatch_target_name()},
         {"gemm", "Eigen GEMV per activation row over fixed chunks of weight rows (batch- and thread-invariant)"},
@@ -167,7 +172,16 @@ class ReferenceDrafter final : public PagedProposer {
     engine_->poison(slots);
   }
 
+  static Fp8Fault checked_fault(Fp8Fault fault, Precision precision) {
+    if (fault != Fp8Fault::kNone && precision != Precision::kFp8) {
+      throw bad_input(std::string("reference drafter: the planted fp8 fault '") + fp8_fault_name(fault) +
+                      "' needs precision fp8, not " + precision_name(precision));
+    }
+    return fault;
+  }
+
   const std::shared_ptr<const DrafterWeights> weights_;
+  const Fp8Fault fp8_fault_;
   std::unique_ptr<DrafterEngine> engine_;
   const PlantedFault fault_;
   std::vector<AttentionSpan> spans_;

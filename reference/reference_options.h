@@ -5,6 +5,7 @@
 
 #include "core/proposer.h"
 #include "core/weights.h"
+#include "reference/stage_policy.h"
 
 namespace dflash {
 
@@ -21,6 +22,9 @@ enum class PlantedFault {
 struct ReferenceOptions {
   int threads = 1;  // >= 1
   PlantedFault fault = PlantedFault::kNone;
+  // A planted fp8 GEMM bug (fp8 mode only; kBadInput in other modes): a negative control, never a
+  // drafter to trust. The drafter's name and describe() say which.
+  Fp8Fault fp8_fault = Fp8Fault::kNone;
 };
 
 // DFLASH_REF_THREADS when set (a positive integer; anything else is a bad_input naming the

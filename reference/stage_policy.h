@@ -11,10 +11,22 @@
 
 namespace dflash {
 
+// A kernel bug of realistic size planted in the fp8 GEMMs, for the negative controls of the fp8
+// envelope (docs/tolerances.md): the reference computes what a CUDA drafter with that bug would.
+enum class Fp8Fault {
+  kNone,
+  kNeighbourRowScale,  // output row n is scaled by row n+1's scale (the last row by row 0's)
+  kSkippedKTile,       // the last 64-wide K tile of every weight row is left out of the dot product
+};
+
+// "neighbour-row-scale", "skipped-k-tile"; "" for kNone.
+const char* fp8_fault_name(Fp8Fault fault);
+
 struct StagePolicy {
   bool use_double = false;   // compute type: double (fp64 mode) or float
   bool round_bf16 = false;   // round at the bf16 storage boundaries
   bool fp8_weights = false;  // q/k/v/o/gate/up/down and lm_head as per-row E4M3
+  Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights
 
   static StagePolicy for_precision(Precision precision) {
     StagePolicy p;
@@ -24,6 +36,15 @@ struct StagePolicy {
     return p;
   }
 };
+
+inline const char* fp8_fault_name(Fp8Fault fault) {
+  switch (fault) {
+    case Fp8Fault::kNone: return "";
+    case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
+    case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
+  }
+  return "";
+}
 
 // The bf16 storage boundaries, in forward order, as listed in docs/reference-precision.md.
 constexpr const char* kBf16StorageStages =
