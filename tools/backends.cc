@@ -89,6 +89,11 @@ DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision prec
       add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, false);
       add(make_cuda(fixture, precision, cuda_warmup), precision, false);
       set.cross_checks.push_back({1, 2});
+      if (precision == Precision::kFp8) {  // the fp8 envelope: CUDA fp8 against the bf16 reference
+        add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kBf16)),
+            Precision::kBf16, false);
+        set.cross_checks.push_back({3, 2});
+      }
       break;
   }
   return set;

@@ -33,8 +33,9 @@ void check_backend_runs_here(BackendChoice backend, Precision precision);
 
 // reference: the reference at `precision`, compared with the fixture.
 // cuda: the CUDA drafter at `precision`, compared with the fixture.
-// both: the reference in fp64 compared with the fixture, and the reference emulating the CUDA mode
-//       (`precision`) compared with the CUDA drafter.
+// both: the reference in fp64 compared with the fixture, the reference emulating the CUDA mode
+//       (`precision`) compared with the CUDA drafter (the tight same-precision model), and in fp8
+//       the bf16 reference compared with the CUDA drafter (the fp8 envelope).
 // The CUDA drafter runs as shipped (CudaOptions' defaults and the environment) except for
 // `cuda_warmup`, the eager passes before a graph is captured.
 DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision, int cuda_warmup);
