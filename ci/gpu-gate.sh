@@ -152,7 +152,7 @@ run_test() {
     grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|nvfp4|attention|rope|oracle|geometry|levers|property)\]" "$out_dir/$t.out" | head -60 >>"$summary"
+  grep -E "^\[(gemm|nvfp4|attention|rope|oracle|geometry|planted|levers|property)\]" "$out_dir/$t.out" | head -120 >>"$summary"
   rm -f "$out_dir/$t.out"
 }
 
