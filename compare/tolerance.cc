@@ -105,7 +105,7 @@ ErrorModel error_model(Precision precision) {
     case Precision::kFp64: return {"fp64", kUnitRoundoffFp64, kUnitRoundoffFp64, false, false, 0};
     // The fp32 drafter also carries the fp32 contract bound as its floor: the roundoff estimate
     // alone leaves out the amplification of norms and softmax, and random geometries exceeded it by
-    // up to 5x against fp64 (tests/properties, property 9); 1e-4 is the bound issue 3 states.
+    // up to 5x against fp64 (tests/properties, property 9); 1e-4 is the fp32 contract bound.
     case Precision::kFp32: return {"fp32", kUnitRoundoffFp32, kUnitRoundoffFp32, false, false, kFp32ExpectationBound};
     // The drafters' bf16 and fp8 modes round to bf16 at their storage boundaries only.
     case Precision::kBf16: return {"bf16-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, false, 0};
