@@ -76,7 +76,8 @@ WeightQuantization measure_weight_quantization(const DrafterWeights& weights, in
     m.down = weight_quantization_error(l.down_proj, threads);
     q.layers.push_back(m);
   }
-  q.lm_head = weight_quantization_error(weights.lm_head, threads);
+  // A target NVFP4 head is used as it is in every mode (docs/spec/nvfp4-lm-head.md): nothing quantized.
+  q.lm_head = weights.nvfp4_head() ? 0.0 : weight_quantization_error(weights.lm_head, threads);
   return q;
 }
 
