@@ -1,4 +1,4 @@
-// Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (drafter.md §8) with
+// Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (docs/spec/drafter.md §8) with
 // random weights: block width 16, batch 1 / 8 / 32, context 1024 / 4096 positions already cached
 // (the timed propose brings C = 0 new context rows), graphs on. Each number is the median of
 // --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),

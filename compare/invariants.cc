@@ -1,4 +1,4 @@
-// Invariant checks of drafter.md §5 read through a proposer's introspection only, so the same code
+// Invariant checks of docs/spec/drafter.md §5 read through a proposer's introspection only, so the same code
 // judges the CPU reference, the CUDA drafter and any test double. Every message names the
 // sequence, position, slot or page involved.
 #include "compare/invariants.h"
@@ -26,7 +26,7 @@ int gamma_in_force(const DraftProposer& proposer) {
   return gamma >= 0 ? gamma : proposer.config().block_size;
 }
 
-// Index of the first maximum of a row (lowest index on ties, drafter.md §3). NaN never wins.
+// Index of the first maximum of a row (lowest index on ties, docs/spec/drafter.md §3). NaN never wins.
 int64_t lowest_argmax(const float* row, int64_t count) {
   int64_t best = 0;
   for (int64_t i = 1; i < count; ++i) {

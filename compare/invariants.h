@@ -1,4 +1,4 @@
-// Invariant checks that hold for ANY proposer after every step (drafter.md §5), read through the
+// Invariant checks that hold for ANY proposer after every step (docs/spec/drafter.md §5), read through the
 // proposer's introspection only: the block-width clamp and logits shape, the context window, and
 // the cache-slot invariants 1-4. An empty result means every invariant holds.
 #pragma once

@@ -287,7 +287,7 @@ class Replayer {
       const int order = stage_order_index(stage, num_layers);
       if (order < 0) {
         throw bad_input("sequence " + std::to_string(entry.seq) + ": '" + stage + "' is not a stage of a " +
-                        std::to_string(num_layers) + "-layer drafter (drafter.md §7)");
+                        std::to_string(num_layers) + "-layer drafter (docs/spec/drafter.md §7)");
       }
       if (got == nullptr) {
         seq_result.stages.push_back(missing_stage(stage, order, actual_name));

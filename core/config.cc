@@ -144,7 +144,7 @@ void refuse_variant_keys(const json& object, const std::string& source, const st
   }
 }
 
-// One rope_scaling / rope_parameters object (drafter.md §4). Returns its theta when it has one.
+// One rope_scaling / rope_parameters object (docs/spec/drafter.md §4). Returns its theta when it has one.
 std::optional<double> parse_rope_object(const json& object, const std::string& source, const std::string& key,
                                         int max_position_embeddings, RopeConfig* rope) {
   const std::string prefix = key + ".";
@@ -291,7 +291,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   const Fields top(config, source, "");
   DrafterConfig c;
 
-  // Geometry, with Hugging Face Qwen3Config defaults for missing keys. Two follow drafter.md
+  // Geometry, with Hugging Face Qwen3Config defaults for missing keys. Two follow docs/spec/drafter.md
   // rather than Qwen3Config: num_key_value_heads falls back to num_attention_heads and head_dim
   // to hidden_size / num_attention_heads (Qwen3Config's literal head_dim default is 128).
   c.hidden_size = top.int32("hidden_size", 4096);
@@ -334,7 +334,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   const std::string act = top.string("hidden_act", "silu");
   if (act != "silu") throw bad_input(top.where("hidden_act") + " is '" + act + "'; only silu is supported; refusing");
 
-  // v1 has no sliding-window attention (drafter.md §1): refuse rather than run it as full attention.
+  // v1 has no sliding-window attention (docs/spec/drafter.md §1): refuse, never run it as full attention.
   if (top.boolean("use_sliding_window", false)) {
     throw bad_input(
         top.where("use_sliding_window") + " is true" +

@@ -1,4 +1,4 @@
-// The drafter's config.json (drafter.md §1): parsed once, validated, every key that changes the
+// The drafter's config.json (docs/spec/drafter.md §1): parsed once, validated, every key that changes the
 // math either consumed or refused by name.
 #pragma once
 #include <cstdint>
@@ -13,7 +13,7 @@ struct RopeConfig {
   enum class Type { kDefault, kYarn };
   Type type = Type::kDefault;
   double theta = 10000.0;
-  // YaRN only (drafter.md §4, Hugging Face _compute_yarn_parameters).
+  // YaRN only (docs/spec/drafter.md §4, Hugging Face _compute_yarn_parameters).
   double factor = 1.0;
   int original_max_position_embeddings = 0;
   double beta_fast = 32.0;
@@ -59,7 +59,7 @@ DrafterConfig parse_drafter_config(const nlohmann::json& json, const std::string
 // Reads and parses `<dir>/config.json`.
 DrafterConfig load_drafter_config(const std::string& path);
 
-// target_layer_ids derived from num_target_layers when absent (drafter.md §1).
+// target_layer_ids derived from num_target_layers when absent (docs/spec/drafter.md §1).
 std::vector<int> derive_target_layer_ids(int num_draft_layers, int num_target_layers);
 
 }  // namespace dflash

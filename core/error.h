@@ -1,5 +1,5 @@
 // One error type for the whole harness. Every failure says what, where and why; its kind decides
-// the command-line exit code (drafter.md / issue 4: 0 pass, 1 mismatch, 2 bad input, 125 cannot run).
+// the command-line exit code (docs/cli.md: 0 pass, 1 mismatch, 2 bad input, 125 cannot run).
 #pragma once
 #include <cstdio>
 #include <stdexcept>

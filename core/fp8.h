@@ -1,4 +1,4 @@
-// OCP E4M3 (max 448, no infinities) and the per-row weight quantization of drafter.md §6:
+// OCP E4M3 (max 448, no infinities) and the per-row weight quantization of docs/spec/drafter.md §6:
 //   scale[n] = max_k |W[n,k]| / 448   (fp32 division; 1.0 for an all-zero row)
 //   q[n,k]   = e4m3_rne_satfinite(W[n,k] * (1 / scale[n]))   (fp32 reciprocal, fp32 product,
 //              one round-to-nearest-even to E4M3, magnitudes past 448 saturate to 448)

@@ -1,4 +1,4 @@
-// Bookkeeping of the paged KV cache (drafter.md §5), shared by both drafters so that the slot of a
+// Bookkeeping of the paged KV cache (docs/spec/drafter.md §5), shared by both drafters so that the slot of a
 // (sequence, position) is decided in one place. Each drafter keeps its own K/V storage (one pool
 // per layer, all addressed by these slots); block rows never get slots.
 #pragma once
@@ -85,7 +85,7 @@ class KvPageTable {
   std::set<int> released_;
 };
 
-// clamp(requested, 2, max(gamma, 2)) (drafter.md §5).
+// clamp(requested, 2, max(gamma, 2)) (docs/spec/drafter.md §5).
 int clamp_block_width(int requested, int gamma);
 
 }  // namespace dflash

@@ -1,4 +1,4 @@
-// Unit tests of the paged-cache bookkeeping (drafter.md §5). The property tests in
+// Unit tests of the paged-cache bookkeeping (docs/spec/drafter.md §5). The property tests in
 // tests/properties drive it with random traces against a model; these pin the plain cases.
 #include "tests/support/harness_error.h"
 #include "core/kv_pages.h"

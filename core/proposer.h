@@ -16,7 +16,7 @@
 
 namespace dflash {
 
-// The numbers a drafter computes with (drafter.md §6).
+// The numbers a drafter computes with (docs/spec/drafter.md §6).
 //  kFp64: reference only, the oracle's own precision.
 //  kFp32: reference only, fp32 activations from bf16 weights.
 //  kBf16: bf16 weights, fp32 accumulation, bf16 storage at the CUDA drafter's stage boundaries
@@ -61,7 +61,7 @@ struct ProposeInput {
   int anchor = 0;               // anchor token id
 };
 
-// A named intermediate of one propose (drafter.md §7), in forward order.
+// A named intermediate of one propose (docs/spec/drafter.md §7), in forward order.
 struct Tap {
   std::string name;
   Tensor value;

@@ -1,4 +1,4 @@
-// RoPE frequencies and angles (drafter.md §4), formed as upstream (Hugging Face transformers'
+// RoPE frequencies and angles (docs/spec/drafter.md §4), formed as upstream (Hugging Face transformers'
 // rotary embedding) forms them, operation for operation, so that both drafters and the oracle
 // rotate by the same fp32 angles. docs/reference-precision.md ("RoPE") gives the formulas.
 #pragma once

@@ -23,7 +23,7 @@ std::string strip_model_prefix(const std::string& name) {
   return has_model_prefix(name) ? name.substr(kModelPrefix.size()) : name;
 }
 
-// Calls visit(name, expected shape, tensor) for every drafter tensor of drafter.md §2, in
+// Calls visit(name, expected shape, tensor) for every drafter tensor of docs/spec/drafter.md §2, in
 // checkpoint naming without the "model." prefix. `Weights` is DrafterWeights, const or not.
 template <class Weights, class Visit>
 void for_each_drafter_tensor(const DrafterConfig& c, Weights& w, Visit visit) {

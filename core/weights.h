@@ -1,4 +1,4 @@
-// The drafter's weights (drafter.md §2) as float host tensors (bf16 values convert exactly), and
+// The drafter's weights (docs/spec/drafter.md §2) as float host tensors (bf16 values convert exactly), and
 // the target's embed_tokens / lm_head. Loading accounts for every tensor of the checkpoint.
 #pragma once
 #include <optional>
@@ -64,7 +64,7 @@ DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::stri
 // Checks an in-memory weight set against the config (shapes, biases present iff attention_bias).
 void validate_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights);
 
-// Every drafter tensor under its checkpoint name (drafter.md §2, without the "model." prefix) with
+// Every drafter tensor under its checkpoint name (docs/spec/drafter.md §2, without the "model." prefix) with
 // its expected shape, in one fixed order; biases only with attention_bias. The loader's tensor
 // accounting and the checkpoint writer share this list.
 struct NamedWeight {

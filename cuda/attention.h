@@ -1,4 +1,4 @@
-// Attention of one propose (drafter.md §3): each block row's query heads attend, without a mask,
+// Attention of one propose (docs/spec/drafter.md §3): each block row's query heads attend, without a mask,
 // to the sequence's cached context window (paged bf16 pool) followed by the B block rows (scratch),
 // GQA, scores scaled by d^-1/2, fp32 softmax, output stored bf16 [rows, nh·d].
 //

@@ -19,7 +19,7 @@
 
 namespace dflash {
 
-// Collects taps (drafter.md §7) per sequence, in forward order. Each capture waits for the stream:
+// Collects taps (docs/spec/drafter.md §7) per sequence, in forward order. Each capture waits for the stream:
 // taps run eager and cost nothing when they are off.
 struct CudaDrafter::TapSink {
   cudaStream_t stream;

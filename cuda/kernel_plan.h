@@ -36,7 +36,7 @@ namespace dflash {
 
 struct KernelPlan {
   GemmKernel block_gemm = GemmKernel::kMma;
-  // Default mma: drafter.md §5 asks our own kernels to be batch invariant bit for bit; cuBLASLt's
+  // Default mma: docs/spec/drafter.md §5 asks our own kernels to be batch invariant bit for bit; cuBLASLt's
   // algorithm changes with the number of rows, so it is a lever, not the default.
   bool ctx_gemm_auto = false;  // auto: per chunk and weight format
   GemmKernel ctx_gemm = GemmKernel::kMma;  // when not auto

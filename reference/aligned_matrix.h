@@ -1,6 +1,6 @@
 // Row-major matrices whose every row starts on a 64-byte boundary (the row stride is padded), so
 // a GEMV sees the same alignment for a row whatever its index or the matrix's row count: one of
-// the conditions for results that do not depend on batch composition (drafter.md §5).
+// the conditions for results that do not depend on batch composition (docs/spec/drafter.md §5).
 #pragma once
 #include <cstddef>
 #include <cstdint>

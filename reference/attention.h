@@ -1,4 +1,4 @@
-// Attention of one sequence's block rows (drafter.md §3): keys and values are the cached context
+// Attention of one sequence's block rows (docs/spec/drafter.md §3): keys and values are the cached context
 // window (position order) followed by the block's own rows, with no mask (every block row sees the
 // whole window and every block row). softmax(q·kᵀ·d^-1/2)·v per query head, GQA by head groups.
 #pragma once

@@ -86,7 +86,7 @@ class Engine final : public DrafterEngine {
     for (int64_t r = begin; r < end; ++r) ops::rms_norm(m->row(r), weight.data(), static_cast<size_t>(m->cols()), eps_, m->row(r));
   }
 
-  // drafter.md §3 step 1 and the context half of step 3: the rows entering each window, projected,
+  // docs/spec/drafter.md §3 step 1 and the context half of step 3: the rows entering each window, projected,
   // normalized, and their K/V (k_norm + RoPE at their positions) written to the pools once.
   void ingest_context(const std::vector<SequenceStep>& steps, bool want_taps, std::vector<ProposeOutput>* outputs) {
     int64_t total = 0;
@@ -149,7 +149,7 @@ class Engine final : public DrafterEngine {
     }
   }
 
-  // drafter.md §3 steps 2-4 for every sequence's block rows (sequence b owns rows
+  // docs/spec/drafter.md §3 steps 2-4 for every sequence's block rows (sequence b owns rows
   // [b·B, (b+1)·B) of every matrix here).
   void forward_block(const std::vector<SequenceStep>& steps, int block_width, bool want_taps,
                      std::vector<ProposeOutput>* outputs) {

@@ -1,5 +1,5 @@
 // core/fp8.h: OCP E4M3 encoding (round to nearest even, saturate to ±448, NaN -> 0x7f), decoding,
-// and the per-row weight quantization of drafter.md §6. Expected codes come from a brute-force
+// and the per-row weight quantization of docs/spec/drafter.md §6. Expected codes come from a brute-force
 // nearest-value search over the 254 finite E4M3 values written here from the format's definition,
 // not from the encoder under test.
 #include <cmath>

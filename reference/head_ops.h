@@ -1,4 +1,4 @@
-// Per-head steps of q and k (drafter.md §3-4): RMSNorm over each head with q_norm / k_norm, then
+// Per-head steps of q and k (docs/spec/drafter.md §3-4): RMSNorm over each head with q_norm / k_norm, then
 // rotate-half RoPE at each row's absolute position, with core/rope.h's fp32 cos/sin.
 #pragma once
 #include <cstdint>

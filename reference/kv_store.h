@@ -1,5 +1,5 @@
 // The reference's K/V storage: one pool per layer for K and one for V, each [slots, nkv·d], all
-// addressed by the slots KvPageTable hands out (drafter.md §5). Only context rows live here.
+// addressed by the slots KvPageTable hands out (docs/spec/drafter.md §5). Only context rows live here.
 #pragma once
 #include <cstdint>
 #include <vector>

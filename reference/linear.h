@@ -1,5 +1,5 @@
 // y = x·Wᵀ (+ b) for the reference drafter, on Eigen GEMVs laid out for batch invariance
-// (drafter.md §5): every output element y[m, n] is one Eigen row-major GEMV of a FIXED chunk of W's
+// (docs/spec/drafter.md §5): every output element y[m, n] is one Eigen row-major GEMV of a FIXED chunk of W's
 // rows (chunk boundaries depend only on W's shape) with the single activation row x[m]. Its
 // reduction order therefore does not depend on how many rows x has, which other sequences share
 // the product, or which thread ran the chunk.

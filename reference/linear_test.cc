@@ -1,5 +1,5 @@
 // Linear<T>: values against a float64 dot product with a derived bound, and bit-identical rows
-// whatever the number of rows, their place in the product, or the thread count (drafter.md §5).
+// whatever the number of rows, their place in the product, or the thread count (docs/spec/drafter.md §5).
 #include "reference/linear.h"
 
 #include <cmath>

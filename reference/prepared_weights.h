@@ -21,7 +21,7 @@ struct PreparedLayer {
 
 template <typename T>
 struct PreparedWeights {
-  Linear<T> fc;  // never quantized (drafter.md §6)
+  Linear<T> fc;  // never quantized (docs/spec/drafter.md §6)
   std::vector<T> hidden_norm, final_norm;
   std::vector<PreparedLayer<T>> layers;
   Linear<T> lm_head;

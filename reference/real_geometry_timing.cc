@@ -1,4 +1,4 @@
-// Times the reference drafter at a published drafter's geometry (drafter.md §8) with random
+// Times the reference drafter at a published drafter's geometry (docs/spec/drafter.md §8) with random
 // weights: one sequence, a long prompt, then a steady-state propose with one new context row.
 //   reference_real_geometry_timing --model qwen3-8b --precision fp32 --threads 16 --ctx 1024
 #include <chrono>

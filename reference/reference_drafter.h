@@ -1,4 +1,4 @@
-// The CPU reference drafter: drafter.md computed plainly, in fp64 or fp32, with emulation of the
+// The CPU reference drafter: docs/spec/drafter.md computed plainly, in fp64 or fp32, with emulation of the
 // optimized drafter's bf16 storage and fp8 weights. The ground truth of the harness.
 #pragma once
 #include <memory>

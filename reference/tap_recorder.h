@@ -1,4 +1,4 @@
-// Taps (drafter.md §7): rows of an intermediate converted to a float Tensor and appended to one
+// Taps (docs/spec/drafter.md §7): rows of an intermediate converted to a float Tensor and appended to one
 // sequence's output, in forward order. Only called when taps were asked for.
 #pragma once
 #include <cstdint>

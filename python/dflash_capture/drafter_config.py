@@ -1,4 +1,4 @@
-"""The few facts of a drafter's config.json (drafter.md §1) the recorder needs to drive it."""
+"""The few facts of a drafter's config.json (docs/spec/drafter.md §1) the recorder needs to drive it."""
 from .errors import CaptureError
 
 
@@ -39,10 +39,10 @@ class DrafterFacts:
                                f"{self.vocab_size}, got {mask!r}")
         self.mask_token_id = mask
         ids = dflash.get("target_layer_ids")
-        # Without target_layer_ids, one target layer per drafter layer is derived (drafter.md §1).
+        # Without target_layer_ids, one target layer per drafter layer is derived (docs/spec/drafter.md §1).
         self.num_target_layers = len(ids) if isinstance(ids, list) else self.num_layers
         self.ctx_features = self.num_target_layers * self.hidden_size  # nT·Ht, Ht = H
 
     def clamp_width(self, width, gamma):
-        """The width a propose runs at: clamp(width, 2, max(gamma, 2)) (drafter.md §5)."""
+        """The width a propose runs at: clamp(width, 2, max(gamma, 2)) (docs/spec/drafter.md §5)."""
         return min(max(width, 2), max(gamma, 2))

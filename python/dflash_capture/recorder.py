@@ -229,7 +229,7 @@ class Recorder:
                 raise CaptureError(f"step {step_index}, seq {seq}: the drafter returned shape {list(hidden.shape)}; "
                                    f"expected [1, {B}, {f.hidden_size}] (final-normed block rows)")
             logits = torch.nn.functional.linear(hidden[0, 1:], self.lm_head)
-        drafts = torch.argmax(logits, dim=-1)  # the first index among equal maxima (drafter.md §3)
+        drafts = torch.argmax(logits, dim=-1)  # the first index among equal maxima (docs/spec/drafter.md §3)
 
         prefix = f"s{step_index}.q{seq}."
         ctx_name = prefix + "ctx"
@@ -282,7 +282,7 @@ class Recorder:
             cols = width.get(stage, f.hidden_size)
             if rows.shape[1] != cols:
                 raise CaptureError(f"{what}: rows of {rows.shape[1]} features; the tap has {cols} "
-                                   f"(drafter.md §7)")
+                                   f"(docs/spec/drafter.md §7)")
             out[tap] = rows[-keep:]
         return out
 

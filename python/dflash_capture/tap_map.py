@@ -1,4 +1,4 @@
-"""Which module of a drafter produces which tap (drafter.md §7).
+"""Which module of a drafter produces which tap (docs/spec/drafter.md §7).
 
 A TapMap links tap names to module names (with `{l}` standing for the layer index) and says whether
 the tap is the module's output or its input. q and k after RoPE come from the RoPE hook instead

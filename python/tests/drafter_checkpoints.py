@@ -15,7 +15,7 @@ from tiny_dflash import DFlashDrafter  # noqa: E402
 
 
 def tiny_config(**overrides):
-    """Two layers, GQA 2:1, H 64, d 16, V 256: every path of drafter.md §3 at a size that replays
+    """Two layers, GQA 2:1, H 64, d 16, V 256: every path of docs/spec/drafter.md §3 at a size that replays
     in well under a second."""
     c = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",

@@ -8,7 +8,7 @@ import torch
 
 
 def rope_parameters(config):
-    """(rope_type, theta, scaling dict) of a drafter config (drafter.md §1)."""
+    """(rope_type, theta, scaling dict) of a drafter config (docs/spec/drafter.md §1)."""
     params = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or params
     theta = params.get("rope_theta", config.get("rope_theta", 10000.0))

@@ -88,7 +88,7 @@ class CaptureRoundTrip(unittest.TestCase):
         result = self.assert_passes(fixture, "fp64")
         with open(os.path.join(fixture, "fixture.json")) as f:
             taps = json.load(f)["steps"][0]["propose"][0]["expect"]["taps"]
-        # Every tap of drafter.md §7 but logits (recorded as the logits expectation itself).
+        # Every tap of docs/spec/drafter.md §7 but logits (recorded as the logits expectation itself).
         self.assertEqual(len(taps), 2 + 9 * self.config["num_hidden_layers"] + 1)
         self.assertEqual(sorted(s["stage"] for s in result["pairs"][0]["stages"]),
                          sorted(list(taps) + ["logits"]))

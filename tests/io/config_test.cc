@@ -1,4 +1,4 @@
-// config.json parsing (drafter.md §1): the oracle configs, Hugging Face defaults, RoPE forms,
+// config.json parsing (docs/spec/drafter.md §1): the oracle configs, Hugging Face defaults, RoPE forms,
 // target layer derivation, and every refusal by the key it names.
 #include "core/config.h"
 
@@ -77,7 +77,7 @@ TEST(Config, DerivedLayerIdsMatchTheOracle) {
 }
 
 TEST(Config, DeriveTargetLayerIds) {
-  // Published drafters (drafter.md §8): Qwen3-8B (36 target layers, 5 drafter layers) and the
+  // Published drafters (docs/spec/drafter.md §8): Qwen3-8B (36 target layers, 5 drafter layers) and the
   // gpt-oss-20b spacing (24 target layers, 5 ids).
   EXPECT_EQ(derive_target_layer_ids(5, 36), (std::vector<int>{1, 9, 17, 25, 33}));
   EXPECT_EQ(derive_target_layer_ids(5, 24), (std::vector<int>{1, 6, 11, 16, 21}));

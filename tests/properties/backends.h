@@ -21,7 +21,7 @@ struct Backend {
   ProposerFactory make;
   std::vector<Precision> precisions;  // the modes properties draw from
   GeometryLimits limits;              // geometries its kernels take
-  bool taps = true;                   // exposes the taps of drafter.md §7
+  bool taps = true;                   // exposes the taps of docs/spec/drafter.md §7
   std::string unavailable;            // non-empty: why properties on it skip
   int default_cases = 100;            // cases per property unless DFLASH_PROP_CASES / RC_PARAMS say
   // >= 0: the proposer captures a graph per (width, batch) after this many eager passes and

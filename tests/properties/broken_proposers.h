@@ -1,5 +1,5 @@
 // Deliberately broken proposers, each a working proposer with one fault of the kind the failure
-// classes describe (shared/notes/failure-classes.md). Every property must fail on its variant, so
+// classes describe (docs/failure-classes.md). Every property must fail on its variant, so
 // none can pass vacuously.
 #pragma once
 #include "tests/properties/backends.h"

@@ -1,6 +1,6 @@
 // Property 3, model-based part: random command sequences (add, append, slide, propose, release,
 // exhaust, and every kind of refused request) on KvPageTable against PoolModel, with the six
-// cache invariants of drafter.md §5 checked after every command. A deliberately broken allocator
+// cache invariants of docs/spec/drafter.md §5 checked after every command. A deliberately broken allocator
 // that double-assigns a page must be caught.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>

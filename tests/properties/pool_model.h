@@ -1,4 +1,4 @@
-// The paged pool reduced to counts (drafter.md §5): which positions each sequence holds and how
+// The paged pool reduced to counts (docs/spec/drafter.md §5): which positions each sequence holds and how
 // many pages that takes, never which pages. Small enough to be obviously right; the model-based
 // test drives KvPageTable against it and the proposer properties use it to predict exhaustion.
 #pragma once

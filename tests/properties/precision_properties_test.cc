@@ -1,6 +1,6 @@
 // Property 9: the fp32 reference agrees with its fp64 mode within the fp32 bound, element by
 // element at every tap and the logits. The bound is derived, not tuned: ShadowDrafter
-// (shadow_forward.h) evaluates drafter.md in float64 and carries a first-order forward error
+// (shadow_forward.h) evaluates docs/spec/drafter.md in float64 and carries a first-order forward error
 // bound for an fp32 evaluation of the same formulas; docs/properties.md has the derivation.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The properties every proposer must have (drafter.md §3, §5), each a body that draws its own case
+// The properties every proposer must have (docs/spec/drafter.md §3, §5), each a body that draws its own case
 // (a Scenario) inside a RapidCheck property and fails the case on a violation. The same body runs
 // on the CPU reference, the CUDA drafter and the deliberately broken variants.
 #pragma once

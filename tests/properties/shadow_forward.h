@@ -1,4 +1,4 @@
-// An independent float64 evaluation of drafter.md §3-§5 that carries, beside every value, a
+// An independent float64 evaluation of docs/spec/drafter.md §3-§5 that carries, beside every value, a
 // first-order bound on how far an evaluation of the same formulas in a lower precision (unit
 // roundoff u, any summation order) can be from it. Property 9 holds the fp32 reference to these
 // bounds against its fp64 mode; the derivation is in docs/properties.md ("Property 9").
@@ -53,7 +53,7 @@ class ShadowDrafter {
   ShadowDrafter(const DrafterConfig& config, const DrafterWeights& weights, int64_t ctx_cap, double unit_roundoff);
 
   // One sequence's propose: `ctx` [C, nT·Ht] holds positions start−C .. start−1. Returns every tap
-  // of drafter.md §7 and "logits", with bounds, at block width `width` (already clamped).
+  // of docs/spec/drafter.md §7 and "logits", with bounds, at block width `width` (already clamped).
   std::map<std::string, Bounded> propose(int seq, const Tensor& ctx, int64_t start, int anchor, int width);
   void release(int seq) { windows_.erase(seq); }
 

@@ -1,6 +1,6 @@
 // A drafter-shaped test double: the real paged bookkeeping (KvPageTable) and a tiny, exactly
 // defined computation that reads context only through its own slot-addressed cache. It obeys
-// every property of drafter.md §5 without the drafter's math, so the invariant checker and the
+// every property of docs/spec/drafter.md §5 without the drafter's math, so the invariant checker and the
 // property code can be exercised on their own, and view-tampering wrappers around it give
 // hand-made violations. It exposes no taps.
 #pragma once

@@ -57,7 +57,7 @@ std::string first_difference(const TraceRun& full, const TraceRun& part, bool bo
 // "" when the logits are bit-identical; else where they first differ.
 std::string logits_difference(const Tensor& a, const Tensor& b);
 
-// The taps drafter.md §7 names for one propose, with their shapes.
+// The taps docs/spec/drafter.md §7 names for one propose, with their shapes.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_taps(const DrafterConfig& config, int width,
                                                                         int64_t new_rows);
 
