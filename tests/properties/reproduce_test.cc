@@ -1,5 +1,5 @@
 // A failing property prints its seed and RapidCheck's reproduce string, and rerunning with
-// RC_PARAMS="reproduce=..." replays exactly that counterexample (issue: "a failure prints the
+// RC_PARAMS="reproduce=..." replays exactly that counterexample (the requirement: "a failure prints the
 // seed and RapidCheck's reproduce string; rerunning with it reproduces the failure"). The test
 // runs its own binary twice on a planted failure that is disabled in normal runs.
 #include <gtest/gtest.h>
