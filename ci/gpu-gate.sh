@@ -44,7 +44,7 @@
 #     64 and the layer chain only) and over one replay of fixtures/oracle/tiny-gqa on the CUDA
 #     drafter in fp8; any report fails the gate. --sanitize-filter FILTER replaces the gtest filter.
 #     Exit 0 when every step passed, 1 otherwise.
-# Example (from the lead's session):
+# Example:
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
 #   then run(command="ci/gpu-gate.sh --remote --sanitize", carry=[".gpu"], timeout_s=600)
 set -uo pipefail
