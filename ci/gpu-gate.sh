@@ -13,7 +13,7 @@
 #     the NVFP4 lm_head GEMM against its w4a16 emulation, head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
 #     graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
-#     drafter.md §8, on compare/'s tolerance model: the same-precision pairs, the fp8 envelope
+#     docs/spec/drafter.md §8, on compare/'s tolerance model: the same-precision pairs, the fp8 envelope
 #     against the bf16 reference, and at Qwen3-8B the envelope's planted-bug negative controls,
 #     with observed/bound ratios in gpu-tests.log), the replay of the oracle and capture fixtures
 #     through dflash-harness when it was staged, the propose benchmark and the GEMM kernel

@@ -1,4 +1,4 @@
-// Invariants of what a drafter actually stored and read (drafter.md §5), through its read-back
+// Invariants of what a drafter actually stored and read (docs/spec/drafter.md §5), through its read-back
 // (DraftProposer::read_kv, attention_spans) rather than the page table both drafters share:
 //  kv-stored          every slot inside a sequence's window holds, in every layer, the K/V of that
 //                     (sequence, position) recomputed from its context row, within the stage bound;

@@ -21,7 +21,7 @@ StagePath longest(const StagePath& a, const StagePath& b) {
           std::max(a.quantization, b.quantization)};
 }
 
-// The steps of one stage, as a bf16 engine (PyTorch on a GPU, drafter.md §3) computes them, with
+// The steps of one stage, as a bf16 engine (PyTorch on a GPU, docs/spec/drafter.md §3) computes them, with
 // the drafters' bf16 boundaries (docs/reference-precision.md) where they fall. Each entry:
 // {roundings, fp8 GEMMs, accumulation length, boundaries, quantization}.
 StagePath gemm(int64_t inner) { return {1, 0, inner, 0, 0.0}; }

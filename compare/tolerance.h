@@ -39,7 +39,7 @@ struct StagePath {
   double quantization = 0;   // sum of δ² over the fp8 GEMMs on the path (δ: relative weight error)
 };
 
-// The path of every stage (drafter.md §7 names) of one propose. `window` is the number of context
+// The path of every stage (docs/spec/drafter.md §7 names) of one propose. `window` is the number of context
 // positions the block attends to, `block_width` the clamped width B. `measured`: the quantization
 // error of each fp8 GEMM's weights (compare/weight_quantization.h); without it each fp8 GEMM counts
 // the a-priori bound u_w = 2^-4 of one E4M3 rounding.

@@ -1,4 +1,4 @@
-// How far the per-row E4M3 quantization of drafter.md §6 moves each fp8 GEMM's weights, measured on
+// How far the per-row E4M3 quantization of docs/spec/drafter.md §6 moves each fp8 GEMM's weights, measured on
 // the weights at hand: the input of the fp8 envelope (docs/tolerances.md, "The fp8 envelope").
 #pragma once
 #include <vector>

@@ -5,7 +5,7 @@ constexpr int64_t kJsonDepth = 64;                 // nested objects and arrays
 // safetensors headers, fixture.json). Each is checked, in 64-bit arithmetic, before anything is
 // sized from it; a value past its bound is bad input naming the file, the field, the value and
 // the bound (docs/limits.md lists them). The bounds sit well above every published DFlash drafter
-// and target (drafter.md §8) and low enough that the products formed from them fit in int.
+// and target (docs/spec/drafter.md §8) and low enough that the products formed from them fit in int.
 #pragma once
 #include <cstdint>
 #include <string>

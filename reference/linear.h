@@ -4,7 +4,7 @@
 // reduction order therefore does not depend on how many rows x has, which other sequences share
 // the product, or which thread ran the chunk.
 //
-// fp8 (drafter.md §6, T = float only): W is quantized per output row with core/fp8.h; the GEMV uses
+// fp8 (docs/spec/drafter.md §6, T = float only): W is quantized per output row with core/fp8.h; the GEMV uses
 // the decoded E4M3 codes (exact in float) and y[m, n] = scale[n] · dot (+ b[n]). A decoded weight
 // (Linear::decoded) uses the same form with the scales it is given.
 #pragma once

@@ -1,6 +1,6 @@
 // The CUDA drafter against the CPU reference, through the replay engine and compare/'s tolerance
 // model (docs/tolerances.md), on every oracle fixture of fixtures/oracle (all steps, every tap) and
-// on the real geometries of drafter.md §8 with random weights:
+// on the real geometries of docs/spec/drafter.md §8 with random weights:
 //   - same precision (bf16 vs the bf16-emulating reference, fp8 vs the fp8-emulating reference,
 //     which holds the same E4M3 codes): the tight bf16-boundary model;
 //   - the fp8 envelope: CUDA fp8 against the bf16 reference, derived from the quantization error
