@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -16,13 +17,27 @@ namespace {
 
 using nlohmann::json;
 
-// Keys of the DFlash variants v1 does not implement; refused wherever they appear.
+// Keys of the DFlash variants this harness does not implement, or does only for a drafter that says
+// it is one (DFlash2: `architectures` names DFlash2DraftModel); refused wherever they appear.
+bool is_dflash2_key(const std::string& key) {
+  return key == "conv_kernel_size" || key == "conv_group_size" || key.rfind("selector_", 0) == 0;
+}
 std::optional<std::string> variant_of_key(const std::string& key) {
   auto starts_with = [&](const char* prefix) { return key.rfind(prefix, 0) == 0; };
-  if (key == "conv_kernel_size" || key == "conv_group_size" || starts_with("selector_")) return "DFlash2";
+  if (is_dflash2_key(key)) return "DFlash2";
   if (starts_with("markov_") || starts_with("confidence_") || key == "projector_type") return "DSpark";
   return std::nullopt;
 }
+
+// The DFlash2 scalars (docs/spec/dflash2.md §1); read from dflash_config, a differing top-level copy
+// is refused.
+const char* const kDflash2Scalars[] = {"output_multiplier", "final_logit_softcapping", "input_embedding_scale"};
+
+// Keys DFlash2 v1 refuses at either level (docs/spec/dflash2.md §1, "refused in DFlash2 v1"), and
+// keys accepted only at their neutral value.
+const std::set<std::string> kDflash2RefusedKeys = {"swa_window_size", "use_swa", "causal", "attention_sink_bias"};
+const std::set<std::string> kDflash2NeutralKeys = {"sample_from_anchor", "draft_vocab_size", "target_hidden_size",
+                                                   "logit_scale"};
 
 // Top-level keys that are read below.
 const std::set<std::string> kMathKeys = {"hidden_size",         "intermediate_size",
@@ -35,7 +50,7 @@ const std::set<std::string> kMathKeys = {"hidden_size",         "intermediate_si
                                          "tie_word_embeddings", "block_size",
                                          "num_target_layers",   "dflash_config",
                                          "layer_types",         "use_sliding_window",
-                                         "sliding_window"};
+                                         "sliding_window",      "is_causal"};
 
 // Top-level keys known not to change what one forward pass computes: identification, training,
 // generation and serialization settings. `max_window_layers` only matters with a sliding window,
@@ -77,6 +92,10 @@ const std::set<std::string> kInertKeys = {"architectures",
                                           "use_return_dict"};
 
 const std::set<std::string> kDflashKeys = {"mask_token_id", "target_layer_ids", "block_size"};
+const std::set<std::string> kDflash2ConfigKeys = {
+    "conv_kernel_size",      "conv_group_size",         "selector_rank",         "selector_top_k",
+    "output_multiplier",     "final_logit_softcapping", "input_embedding_scale", "sample_from_anchor",
+    "draft_vocab_size",      "target_hidden_size",      "logit_scale"};
 
 const std::set<std::string> kRopeKeys = {
     "rope_type",     "type",      "rope_theta",       "factor",   "original_max_position_embeddings",
@@ -135,11 +154,13 @@ class Fields {
   std::string source_, prefix_;
 };
 
-void refuse_variant_keys(const json& object, const std::string& source, const std::string& prefix) {
+void refuse_variant_keys(const json& object, const std::string& source, const std::string& prefix, bool dflash2) {
   for (const auto& item : object.items()) {
+    if (dflash2 && is_dflash2_key(item.key())) continue;
     if (auto variant = variant_of_key(item.key())) {
       throw bad_input(source + ": config key '" + prefix + item.key() + "' belongs to " + *variant +
-                      ", which this harness does not implement (v1 is DFlash only); refusing");
+                      (*variant == "DFlash2" ? ", but 'architectures' does not name DFlash2DraftModel; refusing"
+                                             : ", which this harness does not implement; refusing"));
     }
   }
 }
@@ -233,6 +254,157 @@ std::string ids_string(const std::vector<int>& ids) {
   return s + "]";
 }
 
+
+// A config is DFlash2 when `architectures` names DFlash2DraftModel (docs/spec/dflash2.md §1); its
+// dflash_config keys are then required (a missing one is refused by name when read).
+bool names_dflash2(const json& config, const std::string& source) {
+  if (!config.contains("architectures")) return false;
+  const json& arch = config["architectures"];
+  if (!arch.is_array()) return false;
+  for (const json& a : arch) {
+    if (a.is_string() && a.get<std::string>() == "DFlash2DraftModel") {
+      if (arch.size() != 1) {
+        throw bad_input(source + ": key 'architectures' = " + arch.dump() +
+                        " names DFlash2DraftModel among others; which model this is is ambiguous");
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+void refuse_dflash2_v1_keys(const json& object, const std::string& source, const std::string& prefix) {
+  const Fields f(object, source, prefix);
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    if (kDflash2RefusedKeys.count(key)) {
+      throw bad_input(f.where(key) + " is not part of DFlash2 v1 (window and causality come from layer_types, "
+                                     "sliding_window and is_causal); refusing");
+    }
+  }
+  if (f.has("sample_from_anchor") && f.boolean("sample_from_anchor", false))
+    throw bad_input(f.where("sample_from_anchor") + " is true; DFlash2 v1 drafts from the mask rows; refusing");
+  if (f.has("logit_scale") && f.number("logit_scale", 1.0) != 1.0)
+    throw bad_input(f.where("logit_scale") + " is not 1; where DFlash2 applies it is ambiguous; refusing");
+}
+
+void refuse_plain_sliding(const json& config, const Fields& top, int num_layers) {
+  // Plain DFlash has no sliding-window attention (drafter.md §1): refuse rather than run it as full attention.
+  if (top.boolean("use_sliding_window", false)) {
+    throw bad_input(
+        top.where("use_sliding_window") + " is true" +
+        (top.has("sliding_window") ? " with sliding_window " + config["sliding_window"].dump() : std::string()) +
+        ": sliding-window attention exists only in DFlash2 drafters; refusing");
+  }
+  if (top.has("sliding_window")) top.integer("sliding_window", 0);  // type check only: inert without use_sliding_window
+  if (top.has("is_causal") && top.boolean("is_causal", false))
+    throw bad_input(top.where("is_causal") + " is true; DFlash attends bidirectionally in the block; refusing");
+  if (!top.has("layer_types")) return;
+  const json& types = config["layer_types"];
+  if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
+  if (static_cast<int>(types.size()) != num_layers) {
+    throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
+                    std::to_string(num_layers) + " layers");
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (!types[i].is_string() || types[i].get<std::string>() != "full_attention") {
+      throw bad_input(top.where("layer_types") + "[" + std::to_string(i) + "] is " + types[i].dump() +
+                      "; only full_attention layers exist in plain DFlash drafters; refusing");
+    }
+  }
+}
+
+// layer_types, sliding_window and is_causal of a DFlash2 drafter (docs/spec/dflash2.md §1).
+void parse_dflash2_attention(const json& config, const Fields& top, int num_layers, Dflash2Config* d) {
+  if (!top.has("is_causal")) {
+    throw bad_input(top.where("is_causal") +
+                    " is missing; DFlash2 needs it false (absent, engines make sliding layers causal); refusing");
+  }
+  if (top.boolean("is_causal", false))
+    throw bad_input(top.where("is_causal") + " is true; DFlash2 v1 is non-causal; refusing");
+  d->sliding.assign(static_cast<size_t>(num_layers), false);
+  if (top.has("layer_types")) {
+    const json& types = config["layer_types"];
+    if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
+    if (static_cast<int>(types.size()) != num_layers) {
+      throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
+                      std::to_string(num_layers) + " layers");
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string type = types[i].is_string() ? types[i].get<std::string>() : std::string();
+      if (type != "full_attention" && type != "sliding_attention") {
+        throw bad_input(top.where("layer_types") + "[" + std::to_string(i) + "] is " + types[i].dump() +
+                        "; expected \"sliding_attention\" or \"full_attention\"; refusing");
+      }
+      d->sliding[i] = type == "sliding_attention";
+    }
+  }
+  if (top.has("use_sliding_window")) top.boolean("use_sliding_window", false);  // informational (type check only)
+  if (d->any_sliding()) {
+    if (!top.has("sliding_window"))
+      throw bad_input(top.where("sliding_window") + " is missing; layer_types has sliding_attention layers");
+    d->sliding_window = top.int32("sliding_window", 0);
+    if (d->sliding_window < 1)
+      throw bad_input(top.where("sliding_window") + " must be >= 1, got " + std::to_string(d->sliding_window));
+  } else if (top.has("sliding_window")) {
+    top.integer("sliding_window", 0);  // type check only: no layer slides
+  }
+}
+
+// The conv and selector keys of dflash_config and the three scalars (docs/spec/dflash2.md §1).
+void parse_dflash2_selector(const json& config, const Fields& df, const Fields& top, const DrafterConfig& c,
+                            Dflash2Config* d) {
+  auto required = [&](const char* key) {
+    if (!df.has(key)) throw bad_input(df.where(key) + " is missing; a DFlash2 drafter requires it");
+    return df.int32(key, 0);
+  };
+  d->enabled = true;
+  d->conv_kernel_size = required("conv_kernel_size");
+  if (d->conv_kernel_size < 1 || d->conv_kernel_size > c.block_size) {
+    throw bad_input(df.where("conv_kernel_size") + " = " + std::to_string(d->conv_kernel_size) +
+                    " must be in [1, block_size " + std::to_string(c.block_size) + "]");
+  }
+  d->conv_group_size = required("conv_group_size");
+  if (d->conv_group_size < 1 || c.hidden_size % d->conv_group_size != 0) {
+    throw bad_input(df.where("conv_group_size") + " = " + std::to_string(d->conv_group_size) +
+                    " must be positive and divide hidden_size " + std::to_string(c.hidden_size));
+  }
+  d->selector_rank = required("selector_rank");
+  if (d->selector_rank < 1)
+    throw bad_input(df.where("selector_rank") + " must be >= 1, got " + std::to_string(d->selector_rank));
+  d->selector_top_k = required("selector_top_k");
+  if (d->selector_top_k < 1 || d->selector_top_k > c.vocab_size) {
+    throw bad_input(df.where("selector_top_k") + " = " + std::to_string(d->selector_top_k) +
+                    " must be in [1, vocab_size " + std::to_string(c.vocab_size) + "]");
+  }
+  d->output_multiplier = df.number("output_multiplier", 1.0);
+  if (!(d->output_multiplier > 0))
+    throw bad_input(df.where("output_multiplier") + " must be > 0 (a non-positive one reverses the ranking)");
+  d->final_logit_softcapping = df.number("final_logit_softcapping", 0.0);
+  if (df.has("final_logit_softcapping") && !(d->final_logit_softcapping > 0))
+    throw bad_input(df.where("final_logit_softcapping") + " must be > 0 (null or absent turns it off)");
+  d->input_embedding_scale = df.number("input_embedding_scale", 1.0);
+  if (!(d->input_embedding_scale > 0)) throw bad_input(df.where("input_embedding_scale") + " must be > 0");
+  for (const char* key : kDflash2Scalars) {
+    if (!top.has(key)) continue;
+    if (!df.has(key) || top.number(key, 0.0) != df.number(key, 0.0)) {
+      throw bad_input(top.where(key) + " = " + config[key].dump() + " differs from 'dflash_config." + key +
+                      "' (DFlash2 reads dflash_config only); refusing");
+    }
+  }
+  for (const char* key : {"draft_vocab_size", "target_hidden_size"}) {
+    for (const Fields* f : {&top, &df}) {
+      if (!f->has(key)) continue;
+      const int want = std::string(key) == "draft_vocab_size" ? c.vocab_size : c.hidden_size;
+      if (f->int32(key, 0) != want) {
+        throw bad_input(f->where(key) + " = " + std::to_string(f->int32(key, 0)) + " differs from " +
+                        (want == c.vocab_size ? "vocab_size " : "hidden_size ") + std::to_string(want) +
+                        "; DFlash2 v1 codebooks and context rows need them equal; refusing");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int> derive_target_layer_ids(int num_draft_layers, int num_target_layers) {
@@ -282,9 +454,14 @@ void check_config_limits(const DrafterConfig& c, const std::string& source) {
 
 DrafterConfig parse_drafter_config(const json& config, const std::string& source) {
   if (!config.is_object()) throw bad_input(source + ": the config is not a JSON object");
-  refuse_variant_keys(config, source, "");
+  const bool dflash2 = names_dflash2(config, source);
+  refuse_variant_keys(config, source, "", dflash2);
+  if (dflash2) refuse_dflash2_v1_keys(config, source, "");
   for (const auto& item : config.items()) {
-    if (!kMathKeys.count(item.key()) && !kInertKeys.count(item.key())) {
+    const bool dflash2_key = dflash2 && (kDflash2NeutralKeys.count(item.key()) ||
+                                         std::find(std::begin(kDflash2Scalars), std::end(kDflash2Scalars),
+                                                   item.key()) != std::end(kDflash2Scalars));
+    if (!kMathKeys.count(item.key()) && !kInertKeys.count(item.key()) && !dflash2_key) {
       throw bad_input(source + ": unknown config key '" + item.key() + "' may change the math; refusing");
     }
   }
@@ -334,27 +511,10 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   const std::string act = top.string("hidden_act", "silu");
   if (act != "silu") throw bad_input(top.where("hidden_act") + " is '" + act + "'; only silu is supported; refusing");
 
-  // v1 has no sliding-window attention (docs/spec/drafter.md §1): refuse, never run it as full attention.
-  if (top.boolean("use_sliding_window", false)) {
-    throw bad_input(
-        top.where("use_sliding_window") + " is true" +
-        (top.has("sliding_window") ? " with sliding_window " + config["sliding_window"].dump() : std::string()) +
-        ": sliding-window attention is not supported in v1; refusing");
-  }
-  if (top.has("sliding_window")) top.integer("sliding_window", 0);  // type check only: inert without use_sliding_window
-  if (top.has("layer_types")) {
-    const json& types = config["layer_types"];
-    if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
-    if (static_cast<int>(types.size()) != c.num_layers) {
-      throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
-                      std::to_string(c.num_layers) + " layers");
-    }
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (!types[i].is_string() || types[i].get<std::string>() != "full_attention") {
-        throw bad_input(top.where("layer_types") + "[" + std::to_string(i) + "] is " + types[i].dump() +
-                        "; only full_attention layers are supported in v1; refusing");
-      }
-    }
+  if (dflash2) {
+    parse_dflash2_attention(config, top, c.num_layers, &c.dflash2);
+  } else {
+    refuse_plain_sliding(config, top, c.num_layers);
   }
 
   // RoPE: theta from the top level or from inside rope_parameters / rope_scaling; every source
@@ -390,9 +550,10 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   if (!top.has(dflash_key)) throw bad_input(source + ": key 'dflash_config' is missing (it carries mask_token_id)");
   const json& dflash = config[dflash_key];
   if (!dflash.is_object()) throw bad_input(top.where(dflash_key) + " must be an object");
-  refuse_variant_keys(dflash, source, "dflash_config.");
+  refuse_variant_keys(dflash, source, "dflash_config.", dflash2);
+  if (dflash2) refuse_dflash2_v1_keys(dflash, source, "dflash_config.");
   for (const auto& item : dflash.items()) {
-    if (!kDflashKeys.count(item.key())) {
+    if (!kDflashKeys.count(item.key()) && !(dflash2 && kDflash2ConfigKeys.count(item.key()))) {
       throw bad_input(source + ": unknown key 'dflash_config." + item.key() + "' may change the math; refusing");
     }
   }
@@ -405,6 +566,7 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   else
     throw bad_input(source + ": key 'block_size' is missing (top level or dflash_config.block_size)");
   if (c.block_size < 1) throw bad_input(source + ": block_size must be positive, got " + std::to_string(c.block_size));
+  if (dflash2) parse_dflash2_selector(config, df, top, c, &c.dflash2);
 
   if (!df.has("mask_token_id")) throw bad_input(source + ": key 'dflash_config.mask_token_id' is missing");
   c.mask_token_id = df.int32("mask_token_id", 0);

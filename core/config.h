@@ -25,6 +25,27 @@ struct RopeConfig {
   double mscale_all_dim = 0.0;
 };
 
+// DFlash2 additions (docs/spec/dflash2.md §1): convolutions around attention and MLP, sliding
+// non-causal layers, the candidate selector. `enabled` is false for a plain DFlash drafter.
+struct Dflash2Config {
+  bool enabled = false;
+  int conv_kernel_size = 0;  // k: taps of each convolution
+  int conv_group_size = 0;   // G: channels sharing one dynamic coefficient
+  int selector_rank = 0;     // r
+  int selector_top_k = 0;    // K
+  double output_multiplier = 1.0;
+  double final_logit_softcapping = 0.0;  // 0 = off
+  double input_embedding_scale = 1.0;
+  std::vector<bool> sliding;  // per layer: sliding_attention (true) or full_attention
+  int sliding_window = 0;     // W, counting the query's own position; 0 when no layer slides
+
+  int num_groups(int hidden_size) const { return hidden_size / conv_group_size; }  // ng
+  bool any_sliding() const {
+    for (bool s : sliding) if (s) return true;
+    return false;
+  }
+};
+
 struct DrafterConfig {
   int hidden_size = 0;          // H
   int num_layers = 0;           // L
@@ -42,6 +63,9 @@ struct DrafterConfig {
   int target_hidden_size = 0;  // Ht (= H for every published drafter)
   bool tie_word_embeddings = false;
   int max_position_embeddings = 0;
+  Dflash2Config dflash2;
+
+  int conv_coef_dim() const { return 2 * dflash2.conv_kernel_size * dflash2.num_groups(hidden_size); }  // 2·k·ng
 
   // The products are formed in 64-bit; check_config_limits keeps them within int (core/limits.h).
   int num_target_layers() const { return static_cast<int>(target_layer_ids.size()); }  // nT

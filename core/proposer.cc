@@ -59,6 +59,12 @@ HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
   check_fields();
   HeadSettings s = *this;
   if (s.gamma == -1) s.gamma = config.block_size;
+  // docs/spec/dflash2.md §3.3: with a block wider than the window the sources disagree on the in-block band.
+  if (config.dflash2.any_sliding() && std::max(s.gamma, 2) > config.dflash2.sliding_window) {
+    throw bad_input("head: gamma " + std::to_string(s.gamma) + " gives blocks of up to " +
+                    std::to_string(std::max(s.gamma, 2)) + " rows, wider than the config's sliding_window " +
+                    std::to_string(config.dflash2.sliding_window) + " (DFlash2 requires B <= W); refusing");
+  }
   if (s.pool_pages == 0) {
     if (s.uncapped) throw bad_input("head: an uncapped window needs an explicit pool_pages");
     s.pool_pages = static_cast<int>(s.pages_for(s.ctx_cap));

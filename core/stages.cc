@@ -1,12 +1,29 @@
 #include "core/stages.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace dflash {
 
+namespace {
+
+bool is_selector_stage(StageKind kind) {
+  for (StageKind k : kSelectorStages) {
+    if (k == kind) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+std::vector<StageKind> kinds(const StageKind (&list)[N]) { return std::vector<StageKind>(list, list + N); }
+
+std::vector<StageKind> layer_stages(bool dflash2) { return dflash2 ? kinds(kDflash2LayerStages) : kinds(kLayerStages); }
+
+}  // namespace
+
 bool is_layer_stage(StageKind kind) {
   return kind != StageKind::kCtxProj && kind != StageKind::kEmbed && kind != StageKind::kFinalNorm &&
-         kind != StageKind::kLogits;
+         kind != StageKind::kLogits && !is_selector_stage(kind);
 }
 
 const char* stage_kind_name(StageKind kind) {
@@ -24,6 +41,18 @@ const char* stage_kind_name(StageKind kind) {
     case StageKind::kOut: return "out";
     case StageKind::kFinalNorm: return "final_norm";
     case StageKind::kLogits: return "logits";
+    case StageKind::kAttnConvCoef: return "attn_conv_coef";
+    case StageKind::kAttnConvIn: return "attn_conv_in";
+    case StageKind::kAttnConvOut: return "attn_conv_out";
+    case StageKind::kMlpConvCoef: return "mlp_conv_coef";
+    case StageKind::kMlpConvIn: return "mlp_conv_in";
+    case StageKind::kMlpConvOut: return "mlp_conv_out";
+    case StageKind::kSelTopkIds: return "selector.topk_ids";
+    case StageKind::kSelTopkValues: return "selector.topk_values";
+    case StageKind::kSelUnary: return "selector.unary";
+    case StageKind::kSelHiddenProj: return "selector.hidden_proj";
+    case StageKind::kSelEdgeScores: return "selector.edge_scores";
+    case StageKind::kSelWalkScores: return "selector.walk_scores";
   }
   return "?";
 }
@@ -33,19 +62,28 @@ std::string stage_name(StageKind kind, int layer) {
   return "L" + std::to_string(layer) + "." + stage_kind_name(kind);
 }
 
-std::vector<std::string> forward_stage_order(int num_layers) {
+std::vector<std::string> forward_stage_order(int num_layers, bool dflash2) {
   std::vector<std::string> order = {stage_name(StageKind::kCtxProj), stage_name(StageKind::kEmbed)};
   for (int l = 0; l < num_layers; ++l) {
-    for (StageKind kind : kLayerStages) order.push_back(stage_name(kind, l));
+    for (StageKind kind : layer_stages(dflash2)) order.push_back(stage_name(kind, l));
   }
   order.push_back(stage_name(StageKind::kFinalNorm));
   order.push_back(stage_name(StageKind::kLogits));
+  if (dflash2) {
+    for (StageKind kind : kSelectorStages) order.push_back(stage_name(kind));
+  }
   return order;
 }
 
-bool parse_stage_name(const std::string& name, int num_layers, StageId* out) {
+bool parse_stage_name(const std::string& name, int num_layers, StageId* out, bool dflash2) {
   for (StageKind kind : {StageKind::kCtxProj, StageKind::kEmbed, StageKind::kFinalNorm, StageKind::kLogits}) {
     if (name == stage_kind_name(kind)) {
+      *out = {kind, -1};
+      return true;
+    }
+  }
+  for (StageKind kind : kSelectorStages) {
+    if (dflash2 && name == stage_kind_name(kind)) {
       *out = {kind, -1};
       return true;
     }
@@ -61,7 +99,7 @@ bool parse_stage_name(const std::string& name, int num_layers, StageId* out) {
   const int layer = std::atoi(digits.c_str());
   if (layer >= num_layers) return false;
   const std::string suffix = name.substr(dot + 1);
-  for (StageKind kind : kLayerStages) {
+  for (StageKind kind : layer_stages(dflash2)) {
     if (suffix == stage_kind_name(kind)) {
       *out = {kind, layer};
       return true;
@@ -70,28 +108,23 @@ bool parse_stage_name(const std::string& name, int num_layers, StageId* out) {
   return false;
 }
 
-int stage_order_index(const std::string& name, int num_layers) {
+int stage_order_index(const std::string& name, int num_layers, bool dflash2) {
   StageId id;
-  if (!parse_stage_name(name, num_layers, &id)) return -1;
-  switch (id.kind) {
-    case StageKind::kCtxProj: return 0;
-    case StageKind::kEmbed: return 1;
-    case StageKind::kFinalNorm: return 2 + num_layers * kStagesPerLayer;
-    case StageKind::kLogits: return 3 + num_layers * kStagesPerLayer;
-    default: break;
-  }
-  for (int i = 0; i < kStagesPerLayer; ++i) {
-    if (kLayerStages[i] == id.kind) return 2 + id.layer * kStagesPerLayer + i;
-  }
-  return -1;
+  if (!parse_stage_name(name, num_layers, &id, dflash2)) return -1;
+  const std::vector<std::string> order = forward_stage_order(num_layers, dflash2);
+  return static_cast<int>(std::find(order.begin(), order.end(), name) - order.begin());
 }
 
-std::string stage_names_summary(int num_layers) {
-  std::string layer_stages;
-  for (StageKind kind : kLayerStages) layer_stages += (layer_stages.empty() ? "" : "|") + std::string(stage_kind_name(kind));
-  return std::string(stage_kind_name(StageKind::kCtxProj)) + ", " + stage_kind_name(StageKind::kEmbed) + ", L{l}." +
-         layer_stages + " for l < " + std::to_string(num_layers) + ", " + stage_kind_name(StageKind::kFinalNorm) + ", " +
-         stage_kind_name(StageKind::kLogits);
+std::string stage_names_summary(int num_layers, bool dflash2) {
+  std::string per_layer;
+  for (StageKind kind : layer_stages(dflash2)) per_layer += (per_layer.empty() ? "" : "|") + std::string(stage_kind_name(kind));
+  std::string summary = std::string(stage_kind_name(StageKind::kCtxProj)) + ", " + stage_kind_name(StageKind::kEmbed) +
+                        ", L{l}." + per_layer + " for l < " + std::to_string(num_layers) + ", " +
+                        stage_kind_name(StageKind::kFinalNorm) + ", " + stage_kind_name(StageKind::kLogits);
+  if (dflash2) {
+    for (StageKind kind : kSelectorStages) summary += std::string(", ") + stage_kind_name(kind);
+  }
+  return summary;
 }
 
 std::vector<int64_t> stage_shape(const StageId& id, const DrafterConfig& config, int64_t block_width,
@@ -103,6 +136,15 @@ std::vector<int64_t> stage_shape(const StageId& id, const DrafterConfig& config,
     case StageKind::kAttn: return {block_width, config.q_dim()};
     case StageKind::kK:
     case StageKind::kV: return {block_width, config.kv_dim()};
+    case StageKind::kAttnConvCoef:
+    case StageKind::kMlpConvCoef: return {block_width, config.conv_coef_dim()};
+    case StageKind::kSelTopkIds:
+    case StageKind::kSelTopkValues:
+    case StageKind::kSelUnary:
+    case StageKind::kSelWalkScores: return {block_width - 1, config.dflash2.selector_top_k};
+    case StageKind::kSelHiddenProj: return {block_width - 1, config.dflash2.selector_rank};
+    case StageKind::kSelEdgeScores:
+      return {block_width - 1, config.dflash2.selector_top_k, config.dflash2.selector_top_k};
     default: return {block_width, config.hidden_size};
   }
 }

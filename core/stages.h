@@ -14,6 +14,9 @@ namespace dflash {
 
 enum class StageKind {
   kCtxProj, kEmbed, kAttnNorm, kQ, kK, kV, kAttn, kOProj, kMlpNorm, kMlp, kOut, kFinalNorm, kLogits,
+  // DFlash2 only (docs/spec/dflash2.md §6): the conv stages of each layer, the selector's stages.
+  kAttnConvCoef, kAttnConvIn, kAttnConvOut, kMlpConvCoef, kMlpConvIn, kMlpConvOut,
+  kSelTopkIds, kSelTopkValues, kSelUnary, kSelHiddenProj, kSelEdgeScores, kSelWalkScores,
 };
 
 // The per-layer stages in the order a layer computes them (q, k, v as docs/spec/drafter.md §7
@@ -22,6 +25,16 @@ constexpr StageKind kLayerStages[] = {StageKind::kAttnNorm, StageKind::kQ,      
                                       StageKind::kV,        StageKind::kAttn,    StageKind::kOProj,
                                       StageKind::kMlpNorm,  StageKind::kMlp,     StageKind::kOut};
 constexpr int kStagesPerLayer = static_cast<int>(sizeof(kLayerStages) / sizeof(kLayerStages[0]));
+// A DFlash2 layer: the conv stages where docs/spec/dflash2.md §3.2 computes them.
+constexpr StageKind kDflash2LayerStages[] = {
+    StageKind::kAttnNorm, StageKind::kAttnConvCoef, StageKind::kAttnConvIn,  StageKind::kQ,
+    StageKind::kK,        StageKind::kV,            StageKind::kAttn,        StageKind::kOProj,
+    StageKind::kAttnConvOut, StageKind::kMlpNorm,   StageKind::kMlpConvCoef, StageKind::kMlpConvIn,
+    StageKind::kMlp,      StageKind::kMlpConvOut,   StageKind::kOut};
+// The selector's stages, after the logits.
+constexpr StageKind kSelectorStages[] = {StageKind::kSelTopkIds,     StageKind::kSelTopkValues,
+                                         StageKind::kSelUnary,       StageKind::kSelHiddenProj,
+                                         StageKind::kSelEdgeScores,  StageKind::kSelWalkScores};
 
 struct StageId {
   StageKind kind = StageKind::kLogits;
@@ -39,22 +52,25 @@ inline std::string stage_name(const StageId& id) { return stage_name(id.kind, id
 
 // "ctx_proj", "embed", "L0.attn_norm", "L0.q", "L0.k", "L0.v", "L0.attn", "L0.o_proj",
 // "L0.mlp_norm", "L0.mlp", "L0.out", "L1.attn_norm", ..., "final_norm", "logits".
-std::vector<std::string> forward_stage_order(int num_layers);
+// A DFlash2 drafter (dflash2 = true) adds the conv stages inside each layer and the selector's
+// "selector.*" stages after the logits.
+std::vector<std::string> forward_stage_order(int num_layers, bool dflash2 = false);
 
 // Parses a stage name; false for anything that is not a stage of a drafter with num_layers layers
 // (including "L01.q" and layers past the last).
-bool parse_stage_name(const std::string& name, int num_layers, StageId* out);
+bool parse_stage_name(const std::string& name, int num_layers, StageId* out, bool dflash2 = false);
 
 // Position of the stage in forward_stage_order(num_layers), or -1 when it is not a stage.
-int stage_order_index(const std::string& name, int num_layers);
+int stage_order_index(const std::string& name, int num_layers, bool dflash2 = false);
 
 // Every stage name of a drafter with num_layers layers, in words for an error message:
 // "ctx_proj, embed, L{l}.attn_norm|q|k|v|attn|o_proj|mlp_norm|mlp|out for l < N, final_norm, logits".
-std::string stage_names_summary(int num_layers);
+std::string stage_names_summary(int num_layers, bool dflash2 = false);
 
 // The shape of the stage's tap for one sequence (docs/spec/drafter.md §7): [context_rows, H] for
 // ctx_proj (the rows admitted this step), [B - 1, V] for logits, [B, q_dim] for q and attn,
-// [B, kv_dim] for k and v, [B, H] otherwise.
+// [B, kv_dim] for k and v, [B, 2·k·ng] for the conv coefficients, [B - 1, K] (or r, or K×K) for
+// the selector's stages, [B, H] otherwise.
 std::vector<int64_t> stage_shape(const StageId& id, const DrafterConfig& config, int64_t block_width,
                                  int64_t context_rows);
 

@@ -52,6 +52,19 @@ void for_each_drafter_tensor(const DrafterConfig& c, Weights& w, Visit visit) {
     visit(p + "mlp.gate_proj.weight", std::vector<int64_t>{I, H}, layer.gate_proj);
     visit(p + "mlp.up_proj.weight", std::vector<int64_t>{I, H}, layer.up_proj);
     visit(p + "mlp.down_proj.weight", std::vector<int64_t>{H, I}, layer.down_proj);
+    if (c.dflash2.enabled) {
+      const int64_t k = c.dflash2.conv_kernel_size, coef = c.conv_coef_dim();
+      visit(p + "attention_conv.base_kernel", std::vector<int64_t>{2, k, H}, layer.attn_conv_base);
+      visit(p + "attention_conv.kernel_projection.weight", std::vector<int64_t>{coef, H}, layer.attn_conv_proj);
+      visit(p + "mlp_conv.base_kernel", std::vector<int64_t>{2, k, H}, layer.mlp_conv_base);
+      visit(p + "mlp_conv.kernel_projection.weight", std::vector<int64_t>{coef, H}, layer.mlp_conv_proj);
+    }
+  }
+  if (c.dflash2.enabled) {
+    const int64_t r = c.dflash2.selector_rank, V = c.vocab_size;
+    visit("candidate_selector.hidden_projection.weight", std::vector<int64_t>{r, H}, w.selector.hidden_projection);
+    visit("candidate_selector.predecessor_codebook", std::vector<int64_t>{V, r}, w.selector.predecessor_codebook);
+    visit("candidate_selector.successor_codebook", std::vector<int64_t>{V, r}, w.selector.successor_codebook);
   }
 }
 

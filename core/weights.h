@@ -22,6 +22,16 @@ struct LayerWeights {
   Tensor q_norm, k_norm;            // [d]
   Tensor gate_proj, up_proj;        // [I, H]
   Tensor down_proj;                 // [H, I]
+  // DFlash2 only (docs/spec/dflash2.md §2), empty otherwise.
+  Tensor attn_conv_base, mlp_conv_base;  // [2, k, H]: [side, tap, channel]
+  Tensor attn_conv_proj, mlp_conv_proj;  // kernel_projection [2·k·ng, H]
+};
+
+// DFlash2's candidate selector (docs/spec/dflash2.md §2), empty for plain DFlash.
+struct SelectorWeights {
+  Tensor hidden_projection;     // [r, H]
+  Tensor predecessor_codebook;  // [V, r]
+  Tensor successor_codebook;    // [V, r]
 };
 
 struct DrafterWeights {
@@ -29,6 +39,7 @@ struct DrafterWeights {
   Tensor hidden_norm;  // [H]
   Tensor norm;         // [H]
   std::vector<LayerWeights> layers;
+  SelectorWeights selector;  // DFlash2 only
   Tensor embed_tokens;  // [V, H] (from the target)
   Tensor lm_head;       // [V, H] (from the target; a copy of embed_tokens for a tied target); empty when
                         // the target's head is NVFP4
