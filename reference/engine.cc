@@ -10,6 +10,8 @@
 #include "core/stages.h"
 #include "reference/aligned_matrix.h"
 #include "reference/attention.h"
+#include "reference/candidate_selector.h"
+#include "reference/grouped_conv.h"
 #include "reference/head_ops.h"
 #include "reference/kv_store.h"
 #include "reference/ops/ops.h"
@@ -156,15 +158,17 @@ class Engine final : public DrafterEngine {
     const int64_t B = block_width;
     const int64_t rows = static_cast<int64_t>(steps.size()) * B;
     const int64_t H = config_.hidden_size;
+    const Dflash2Config& d2 = config_.dflash2;
     std::vector<int64_t> positions(static_cast<size_t>(rows));
     AlignedMatrix<T> h(rows, H);
+    const T embed_scale = static_cast<T>(d2.enabled ? d2.input_embedding_scale : 1.0);
     for (size_t b = 0; b < steps.size(); ++b) {
       for (int64_t i = 0; i < B; ++i) {
         const int64_t r = static_cast<int64_t>(b) * B + i;
         const int token = i == 0 ? steps[b].anchor : config_.mask_token_id;
         const float* src = weights_.embed_tokens->row(token);
         T* dst = h.row(r);
-        for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<T>(src[c]);
+        for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<T>(src[c]) * embed_scale;
         positions[static_cast<size_t>(r)] = steps[b].start + i;
       }
     }
@@ -174,6 +178,7 @@ class Engine final : public DrafterEngine {
     AlignedMatrix<T> x(rows, H), q(rows, config_.q_dim()), k(rows, config_.kv_dim()), v(rows, config_.kv_dim());
     AlignedMatrix<T> attn(rows, config_.q_dim()), o(rows, H);
     AlignedMatrix<T> gate(rows, config_.intermediate_size), up(rows, config_.intermediate_size), mlp(rows, H);
+    AlignedMatrix<T> coef(rows, d2.enabled ? config_.conv_coef_dim() : 0), conv(rows, d2.enabled ? H : 0);
     for (int l = 0; l < config_.num_layers; ++l) {
       const PreparedLayer<T>& L = weights_.layers[static_cast<size_t>(l)];
         // x = input_layernorm(h)
@@ -181,6 +186,11 @@ class Engine final : public DrafterEngine {
       norm_rows(&x, 0, rows, L.input_norm);
       round_stage_to_bf16(policy_, &x, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttnNorm, l), x, B);
+      if (d2.enabled) {  // x = attention_conv.prepare(x); its side-1 coefficients stay in `coef`
+        conv_prepare(L.attn_conv_proj, L.attn_conv_base, &x, &coef, &conv, steps.size(), B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kAttnConvCoef, l), coef, B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kAttnConvIn, l), x, B);
+      }
       // q, k, v of the block rows
       L.q_proj.apply(x, rows, &q, pool_);
       norm_and_rotate_heads(&q, rows, config_.num_heads, config_.head_dim, L.q_norm, eps_, rope, 0);
@@ -197,22 +207,33 @@ class Engine final : public DrafterEngine {
       const AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(l)];
       const AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(l)];
       const size_t kv_heads = static_cast<size_t>(config_.num_kv_heads);
+      const int64_t window_left =
+          d2.enabled && d2.sliding[static_cast<size_t>(l)] ? static_cast<int64_t>(d2.sliding_window) - 1 : -1;
       pool_.run(steps.size() * kv_heads, [&](size_t task) {
         const size_t b = task / kv_heads;
         attend_kv_group(geometry_, static_cast<int>(task % kv_heads), static_cast<int64_t>(b) * B, B, q, k, v, k_pool,
-                        v_pool, steps[b].window_slots, &attn);
+                        v_pool, steps[b].window_slots, window_left, &attn);
       });
       round_stage_to_bf16(policy_, &attn, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
       // h = h + o_proj(attn)
       L.o_proj.apply(attn, rows, &o, pool_);
       tap_block(want_taps, outputs, stage_name(StageKind::kOProj, l), o, B);
+      if (d2.enabled) {
+        conv_finish(L.attn_conv_base, coef, &o, &conv, steps.size(), B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kAttnConvOut, l), o, B);
+      }
       for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), o.row(r), static_cast<size_t>(H));
       // h = h + down(silu(gate(y)) * up(y)), y = post_attention_layernorm(h)
       x = h;
       norm_rows(&x, 0, rows, L.post_attention_norm);
       round_stage_to_bf16(policy_, &x, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kMlpNorm, l), x, B);
+      if (d2.enabled) {
+        conv_prepare(L.mlp_conv_proj, L.mlp_conv_base, &x, &coef, &conv, steps.size(), B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kMlpConvCoef, l), coef, B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kMlpConvIn, l), x, B);
+      }
       L.gate_proj.apply(x, rows, &gate, pool_);
       L.up_proj.apply(x, rows, &up, pool_);
       for (int64_t r = 0; r < rows; ++r) {
@@ -221,6 +242,10 @@ class Engine final : public DrafterEngine {
       round_stage_to_bf16(policy_, &gate, 0, rows);
       L.down_proj.apply(gate, rows, &mlp, pool_);
       tap_block(want_taps, outputs, stage_name(StageKind::kMlp, l), mlp, B);
+      if (d2.enabled) {
+        conv_finish(L.mlp_conv_base, coef, &mlp, &conv, steps.size(), B);
+        tap_block(want_taps, outputs, stage_name(StageKind::kMlpConvOut, l), mlp, B);
+      }
       for (int64_t r = 0; r < rows; ++r) ops::add_inplace(h.row(r), mlp.row(r), static_cast<size_t>(H));
       tap_block(want_taps, outputs, stage_name(StageKind::kOut, l), h, B);
     }
@@ -253,6 +278,59 @@ class Engine final : public DrafterEngine {
       }
       if (want_taps) out.taps.push_back(Tap{stage_name(StageKind::kLogits), out.logits});
     }
+    if (d2.enabled) run_selector(steps, hf, logits, drafts, want_taps, outputs);
+  }
+
+  // docs/spec/dflash2.md §3.1: kernel_projection of x (all 2·k·ng coefficients, kept in `coef` for
+  // finish), then x <- conv_0(x) per sequence block.
+  void conv_prepare(const Linear<T>& projection, const std::vector<T>& base, AlignedMatrix<T>* x,
+                    AlignedMatrix<T>* coef, AlignedMatrix<T>* scratch, size_t sequences, int64_t B) {
+    const int64_t rows = static_cast<int64_t>(sequences) * B;
+    projection.apply(*x, rows, coef, pool_);
+    round_stage_to_bf16(policy_, coef, 0, rows);
+    for (size_t b = 0; b < sequences; ++b)
+      grouped_conv_block(conv_geometry(), 0, base, *coef, *x, static_cast<int64_t>(b) * B, B, scratch);
+    round_stage_to_bf16(policy_, scratch, 0, rows);
+    std::swap(*x, *scratch);
+  }
+
+  // z <- conv_1(z) per sequence block, with the coefficients prepare computed from the sublayer's input.
+  void conv_finish(const std::vector<T>& base, const AlignedMatrix<T>& coef, AlignedMatrix<T>* z,
+                   AlignedMatrix<T>* scratch, size_t sequences, int64_t B) {
+    for (size_t b = 0; b < sequences; ++b)
+      grouped_conv_block(conv_geometry(), 1, base, coef, *z, static_cast<int64_t>(b) * B, B, scratch);
+    std::swap(*z, *scratch);
+  }
+
+  ConvGeometry conv_geometry() const {
+    return {config_.dflash2.conv_kernel_size, config_.dflash2.conv_group_size, config_.hidden_size};
+  }
+
+  // docs/spec/dflash2.md §3.4: the walk's tokens replace the per-row argmax.
+  void run_selector(const std::vector<SequenceStep>& steps, const AlignedMatrix<T>& hf, const AlignedMatrix<T>& logits,
+                    int64_t drafts, bool want_taps, std::vector<ProposeOutput>* outputs) {
+    const Dflash2Config& d2 = config_.dflash2;
+    AlignedMatrix<T> hidden_proj(hf.rows(), d2.selector_rank);
+    weights_.selector.hidden_projection.apply(hf, hf.rows(), &hidden_proj, pool_);
+    const int64_t K = d2.selector_top_k;
+    for (size_t b = 0; b < steps.size(); ++b) {
+      const SelectorResult<T> s = select_candidates(d2, weights_.selector, steps[b].anchor, logits, hidden_proj,
+                                                    static_cast<int64_t>(b) * drafts, drafts);
+      ProposeOutput& out = (*outputs)[b];
+      out.draft_tokens = s.draft_tokens;
+      if (!want_taps) continue;
+      std::vector<float> ids(s.topk_ids.begin(), s.topk_ids.end());
+      out.taps.push_back(Tap{stage_name(StageKind::kSelTopkIds), Tensor({drafts, K}, std::move(ids))});
+      out.taps.push_back(Tap{stage_name(StageKind::kSelTopkValues), to_tensor({drafts, K}, s.topk_values)});
+      out.taps.push_back(Tap{stage_name(StageKind::kSelUnary), to_tensor({drafts, K}, s.unary)});
+      out.taps.push_back(Tap{stage_name(StageKind::kSelHiddenProj), to_tensor({drafts, d2.selector_rank}, s.hidden_proj)});
+      out.taps.push_back(Tap{stage_name(StageKind::kSelEdgeScores), to_tensor({drafts, K, K}, s.edge_scores)});
+      out.taps.push_back(Tap{stage_name(StageKind::kSelWalkScores), to_tensor({drafts, K}, s.walk_scores)});
+    }
+  }
+
+  static Tensor to_tensor(std::vector<int64_t> shape, const std::vector<T>& values) {
+    return Tensor(std::move(shape), std::vector<float>(values.begin(), values.end()));
   }
 
   const DrafterConfig config_;

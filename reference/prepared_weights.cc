@@ -71,7 +71,14 @@ void check_weights_finite(const DrafterWeights& w) {
     check_finite(L.gate_proj, p + "mlp.gate_proj.weight");
     check_finite(L.up_proj, p + "mlp.up_proj.weight");
     check_finite(L.down_proj, p + "mlp.down_proj.weight");
+    check_finite(L.attn_conv_base, p + "attention_conv.base_kernel");
+    check_finite(L.attn_conv_proj, p + "attention_conv.kernel_projection.weight");
+    check_finite(L.mlp_conv_base, p + "mlp_conv.base_kernel");
+    check_finite(L.mlp_conv_proj, p + "mlp_conv.kernel_projection.weight");
   }
+  check_finite(w.selector.hidden_projection, "candidate_selector.hidden_projection.weight");
+  check_finite(w.selector.predecessor_codebook, "candidate_selector.predecessor_codebook");
+  check_finite(w.selector.successor_codebook, "candidate_selector.successor_codebook");
 }
 
 template <typename T>
@@ -98,7 +105,19 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.gate_proj = Linear<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy.fp8_fault);
     out.up_proj = Linear<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy.fp8_fault);
     out.down_proj = Linear<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy.fp8_fault);
+    if (!L.attn_conv_proj.values.empty()) {
+      out.attn_conv_proj = Linear<T>(L.attn_conv_proj, Tensor(), false, p + "attention_conv.kernel_projection", pool);
+      out.mlp_conv_proj = Linear<T>(L.mlp_conv_proj, Tensor(), false, p + "mlp_conv.kernel_projection", pool);
+      out.attn_conv_base = to_vector<T>(L.attn_conv_base);
+      out.mlp_conv_base = to_vector<T>(L.mlp_conv_base);
+    }
     layers.push_back(std::move(out));
+  }
+  if (!w.selector.hidden_projection.values.empty()) {
+    selector.hidden_projection =
+        Linear<T>(w.selector.hidden_projection, Tensor(), false, "candidate_selector.hidden_projection", pool);
+    selector.predecessor = to_vector<T>(w.selector.predecessor_codebook);
+    selector.successor = to_vector<T>(w.selector.successor_codebook);
   }
 }
 

@@ -17,6 +17,17 @@ struct PreparedLayer {
   std::vector<T> input_norm, post_attention_norm, q_norm, k_norm;
   Linear<T> q_proj, k_proj, v_proj, o_proj;
   Linear<T> gate_proj, up_proj, down_proj;
+  // DFlash2: kernel_projection stays bf16 in every mode (docs/spec/dflash2.md; the engine keeps it
+  // unquantized); base kernels [2, k, H] as T.
+  Linear<T> attn_conv_proj, mlp_conv_proj;
+  std::vector<T> attn_conv_base, mlp_conv_base;
+};
+
+// DFlash2's candidate selector: hidden_projection stays bf16 in every mode; codebooks [V, r] as T.
+template <typename T>
+struct PreparedSelector {
+  Linear<T> hidden_projection;
+  std::vector<T> predecessor, successor;
 };
 
 template <typename T>
@@ -25,6 +36,7 @@ struct PreparedWeights {
   std::vector<T> hidden_norm, final_norm;
   std::vector<PreparedLayer<T>> layers;
   Linear<T> lm_head;
+  PreparedSelector<T> selector;  // DFlash2 only
   const Tensor* embed_tokens = nullptr;  // [V, H], rows converted when looked up
 
   // Conversions and quantization run over `pool`.
