@@ -14,7 +14,7 @@ std::optional<Divergence> first_divergence(const std::vector<StageCheck>& stages
   Divergence d;
   d.stage = first->stage;
   StageId id;
-  if (parse_stage_name(first->stage, num_layers, &id)) d.layer = id.layer;
+  if (parse_stage_name(first->stage, num_layers, &id, /*dflash2=*/true)) d.layer = id.layer;  // a superset of the plain names
   d.criterion = first->fail_criterion;
   d.row = first->fail_row;
   d.col = first->fail_col;

@@ -94,6 +94,26 @@ std::vector<InvariantViolation> check_propose_output(const DraftProposer& propos
   // maxima it may pick any; every other mode computes the float logits it returns.
   const bool decides_below_float = proposer.settings().precision == Precision::kFp64;
   const size_t rows = std::min(output.draft_tokens.size(), static_cast<size_t>(width - 1));
+  const Dflash2Config& d2 = proposer.config().dflash2;
+  if (d2.enabled) {
+    // DFlash2 drafts the selector's walk (docs/spec/dflash2.md §3.4): each token is one of its row's
+    // top-K candidates. Fewer than K logits strictly above it; an fp64 drafter may see two logits
+    // apart that its float copy rounds together, which this count cannot mistake for a violation.
+    for (size_t r = 0; r < rows; ++r) {
+      const float* row = output.logits.row(static_cast<int64_t>(r));
+      const int32_t token = output.draft_tokens[r];
+      if (token < 0 || token >= vocab) continue;
+      int64_t above = 0;
+      for (int64_t c = 0; c < vocab; ++c) above += row[c] > row[token] ? 1 : 0;
+      if (above >= d2.selector_top_k) {
+        add(&out, "draft-topk",
+            who + ": draft token " + std::to_string(r) + " is " + std::to_string(token) + ", but " +
+                std::to_string(above) + " logits of its row are higher (selector_top_k " +
+                std::to_string(d2.selector_top_k) + ")");
+      }
+    }
+    return out;
+  }
   for (size_t r = 0; r < rows; ++r) {
     const float* row = output.logits.row(static_cast<int64_t>(r));
     const int64_t expected = lowest_argmax(row, vocab);

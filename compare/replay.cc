@@ -48,6 +48,7 @@ struct ExpectedSide {
   std::vector<const Tap*> taps;
   const Tensor* logits = nullptr;
   const std::vector<int32_t>* draft_tokens = nullptr;
+  const std::vector<int32_t>* argmax_tokens = nullptr;  // DFlash2 fixtures: the per-row argmax (diagnosis only)
 };
 
 class Replayer {
@@ -261,6 +262,7 @@ class Replayer {
       for (const Tap& tap : entry.expect->taps) expected.taps.push_back(&tap);
       if (entry.expect->logits) expected.logits = &*entry.expect->logits;
       if (entry.expect->draft_tokens) expected.draft_tokens = &*entry.expect->draft_tokens;
+      if (entry.expect->selector) expected.argmax_tokens = &entry.expect->selector->argmax_tokens;
     } else {
       const ProposeOutput* reference = find_output(outputs[pair.expected_lane], entry.seq);
       if (reference == nullptr) return;
@@ -284,7 +286,7 @@ class Replayer {
     const int num_layers = fixture_.config.num_layers;
 
     const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
-      const int order = stage_order_index(stage, num_layers);
+      const int order = stage_order_index(stage, num_layers, fixture_.config.dflash2.enabled);
       if (order < 0) {
         throw bad_input("sequence " + std::to_string(entry.seq) + ": '" + stage + "' is not a stage of a " +
                         std::to_string(num_layers) + "-layer drafter (docs/spec/drafter.md §7)");
@@ -335,6 +337,16 @@ class Replayer {
     const double rms_bound = stage_bound(pair.tolerance, paths.at("logits"), margin_logits.cols()).rel_rms;
     seq_result->tokens = compare_draft_tokens(want, actual.draft_tokens, margin_logits, rms_bound);
     if (seq_result->divergence || seq_result->tokens->mismatch == 0) return;
+    if (expected.argmax_tokens != nullptr && actual.draft_tokens == *expected.argmax_tokens) {
+      // docs/spec/dflash2.md §7: the fixture's argmax_tokens recognise a selector that was not applied.
+      Divergence d;
+      d.stage = "draft_tokens";
+      d.criterion = "selector-not-applied";
+      d.detail = "the drafter returned the per-row argmax of the logits (the fixture's argmax_tokens) instead of "
+                 "the candidate selector's walk";
+      seq_result->divergence = d;
+      return;
+    }
     for (const TokenRow& row : seq_result->tokens->rows) {
       if (row.verdict != TokenVerdict::kMismatch) continue;
       Divergence d;
@@ -362,7 +374,7 @@ class Replayer {
     for (const SequenceResult& seq : result_.sequences) {
       if (!seq.divergence) continue;
       if (best != nullptr && seq.step > best_step) break;
-      const int order = stage_order_index(seq.divergence->stage, result_.num_layers);
+      const int order = stage_order_index(seq.divergence->stage, result_.num_layers, fixture_.config.dflash2.enabled);
       const int effective = order < 0 ? 1 << 30 : order;
       if (best == nullptr || effective < best_order) {
         best = &*seq.divergence;

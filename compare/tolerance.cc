@@ -61,12 +61,22 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
   StagePath h = {};
   paths[stage_name(StageKind::kEmbed)] = h;
   for (int l = 0; l < config.num_layers; ++l) {
-    const StagePath attn_norm = h + rms_norm(H) + kBoundary;
+    const StagePath attn_norm_out = h + rms_norm(H) + kBoundary;
+    paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm_out;
+    // DFlash2 prepare (docs/spec/dflash2.md §3.1): kernel_projection (bf16 in fp8 mode), then k
+    // taps of (base + coefficient) · x summed; q/k/v read its output.
+    const int64_t taps = config.dflash2.conv_kernel_size;
+    const StagePath conv_own = {2 * static_cast<int>(taps) + 1, 0, taps, 0, 0.0};
+    const StagePath attn_coef = attn_norm_out + gemm(H);
+    const StagePath attn_norm = config.dflash2.enabled ? attn_coef + conv_own : attn_norm_out;
+    if (config.dflash2.enabled) {
+      paths[stage_name(StageKind::kAttnConvCoef, l)] = attn_coef;
+      paths[stage_name(StageKind::kAttnConvIn, l)] = attn_norm;
+    }
     // projection, q/k_norm, RoPE, stored as bf16 (the context K/V in the cache alike)
     const StagePath q_own = fp8_gemm(H, delta.layer(l, &L::q)) + rms_norm(d) + kRope + kBoundary;
     const StagePath k_own = fp8_gemm(H, delta.layer(l, &L::k)) + rms_norm(d) + kRope + kBoundary;
     const StagePath v_own = fp8_gemm(H, delta.layer(l, &L::v)) + kBoundary;
-    paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm;
     paths[stage_name(StageKind::kQ, l)] = attn_norm + q_own;
     paths[stage_name(StageKind::kK, l)] = attn_norm + k_own;
     paths[stage_name(StageKind::kV, l)] = attn_norm + v_own;
@@ -76,21 +86,47 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kBoundary;
     const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
-    const StagePath o_proj = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
-    paths[stage_name(StageKind::kOProj, l)] = o_proj;
+    const StagePath o_proj_out = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
+    paths[stage_name(StageKind::kOProj, l)] = o_proj_out;
+    const StagePath o_proj = config.dflash2.enabled ? longest(o_proj_out, attn_coef) + conv_own : o_proj_out;
+    if (config.dflash2.enabled) paths[stage_name(StageKind::kAttnConvOut, l)] = o_proj;
     const StagePath h_mid = longest(h, o_proj) + kElementwise;  // residual add
-    const StagePath mlp_norm = h_mid + rms_norm(H) + kBoundary;
-    paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm;
+    const StagePath mlp_norm_out = h_mid + rms_norm(H) + kBoundary;
+    paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm_out;
+    const StagePath mlp_coef = mlp_norm_out + gemm(H);
+    const StagePath mlp_norm = config.dflash2.enabled ? mlp_coef + conv_own : mlp_norm_out;
+    if (config.dflash2.enabled) {
+      paths[stage_name(StageKind::kMlpConvCoef, l)] = mlp_coef;
+      paths[stage_name(StageKind::kMlpConvIn, l)] = mlp_norm;
+    }
     // gate and up (independent branches), silu, product stored as bf16, down.
-    const StagePath mlp = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) + fp8_gemm(H, delta.layer(l, &L::up)) +
-                          kElementwise + kElementwise + kBoundary + fp8_gemm(I, delta.layer(l, &L::down));
-    paths[stage_name(StageKind::kMlp, l)] = mlp;
+    const StagePath mlp_out = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) + fp8_gemm(H, delta.layer(l, &L::up)) +
+                              kElementwise + kElementwise + kBoundary + fp8_gemm(I, delta.layer(l, &L::down));
+    paths[stage_name(StageKind::kMlp, l)] = mlp_out;
+    const StagePath mlp = config.dflash2.enabled ? longest(mlp_out, mlp_coef) + conv_own : mlp_out;
+    if (config.dflash2.enabled) paths[stage_name(StageKind::kMlpConvOut, l)] = mlp;
     h = longest(h_mid, mlp) + kElementwise;  // residual add
     paths[stage_name(StageKind::kOut, l)] = h;
   }
   const StagePath final_norm = h + rms_norm(H) + kBoundary;
+  const StagePath logits = final_norm + fp8_gemm(H, delta.lm_head());  // the lm_head is quantized in fp8 mode
   paths[stage_name(StageKind::kFinalNorm)] = final_norm;
-  paths[stage_name(StageKind::kLogits)] = final_norm + fp8_gemm(H, delta.lm_head());  // the lm_head is quantized in fp8 mode
+  paths[stage_name(StageKind::kLogits)] = logits;
+  if (config.dflash2.enabled) {
+    // Selector (docs/spec/dflash2.md §3.4, §5): values gathered from the logits, the unary's
+    // multiply and softcap, the hidden projection (bf16 in fp8 mode), one r-long sum per edge.
+    // topk_ids carry no rounding: any difference in them is a real difference in the candidate set.
+    paths[stage_name(StageKind::kSelTopkIds)] = {};
+    paths[stage_name(StageKind::kSelTopkValues)] = logits;
+    const StagePath unary = logits + kElementwise + kElementwise;
+    paths[stage_name(StageKind::kSelUnary)] = unary;
+    const StagePath hidden_proj = final_norm + gemm(H);
+    paths[stage_name(StageKind::kSelHiddenProj)] = hidden_proj;
+    const StagePath edges =
+        longest(unary, hidden_proj + StagePath{2, 0, config.dflash2.selector_rank, 0, 0.0}) + kElementwise;
+    paths[stage_name(StageKind::kSelEdgeScores)] = edges;
+    paths[stage_name(StageKind::kSelWalkScores)] = edges;
+  }
   return paths;
 }
 
