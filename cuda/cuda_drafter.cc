@@ -40,6 +40,10 @@ void require_device(int device) {
 }
 
 void check_geometry(const DrafterConfig& c) {
+  if (c.dflash2.enabled) {
+    throw bad_input("config: a DFlash2 drafter (DFlash2DraftModel: convolutions, sliding layers, candidate "
+                    "selector); the CUDA drafter does not implement DFlash2 yet, use the CPU reference");
+  }
   if (c.num_heads < 1 || c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0) {
     throw bad_input("config: num_attention_heads " + std::to_string(c.num_heads) +
                     " is not a multiple of num_key_value_heads " + std::to_string(c.num_kv_heads));
@@ -82,6 +86,7 @@ std::unique_ptr<DraftProposer> make_cuda_drafter(const DrafterConfig& config,
                                                  std::shared_ptr<const DrafterWeights> weights,
                                                  const HeadSettings& settings, const CudaOptions& options) {
   if (!weights) throw bad_input("make_cuda_drafter: no weights");
+  check_geometry(config);  // before any device is touched: a refused config needs no GPU
   return std::make_unique<CudaDrafter>(config, std::move(weights), settings, options);
 }
 
