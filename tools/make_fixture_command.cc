@@ -44,6 +44,10 @@ Command add_make_fixture_command(CLI::App& app) {
   cmd->add_option("--ctx-cap", o.ctx_cap, "Context window in positions")->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--max-batch", o.max_batch, "Most sequences in one propose")->capture_default_str();
+  cmd->add_option("--prompt-rows", o.prompt_rows,
+                  "Most context rows of a new sequence's prompt (default: min(ctx-cap + 8, 3 gamma + 16))");
+  cmd->add_option("--ctx-scale", o.ctx_scale, "Context features drawn from U(-s, s)")->capture_default_str();
+  cmd->add_flag("--tied-logits", o.tied_logits, "lm_head rows equal in pairs: every argmax is an exact tie");
   cmd->add_option("--expect-precision", o.expect_precision,
                   "Precision of the reference that computes the expectations, or none for a trace only")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "none"}))

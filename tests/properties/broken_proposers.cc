@@ -1,5 +1,6 @@
 #include "tests/properties/broken_proposers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -174,6 +175,46 @@ class StaleGraphReplay : public ForwardingProposer {
   std::map<std::pair<size_t, int>, std::vector<ProposeOutput>> captured_;
 };
 
+class UnflooredClamp : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  void set_block_g(int g) override {
+    requested_ = g;
+    ForwardingProposer::set_block_g(g);
+  }
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    if (requested_ >= 2) return outputs;
+    const int64_t rows = std::max(requested_, 1) - 1;  // logits rows of an unclamped block
+    for (ProposeOutput& out : outputs) {
+      out.logits.shape[0] = rows;
+      out.logits.values.resize(static_cast<size_t>(rows * out.logits.cols()));
+      out.draft_tokens.resize(static_cast<size_t>(rows));
+      sync_logits_tap(out);
+    }
+    return outputs;
+  }
+
+ private:
+  int requested_ = 2;
+};
+
+class StaleContextRow : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<Tensor> edited_ctx(batch.size());
+    std::vector<ProposeInput> edited = batch;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if (batch[b].ctx->rows() < 2) continue;
+      edited_ctx[b] = *batch[b].ctx;
+      std::copy(edited_ctx[b].row(0), edited_ctx[b].row(0) + edited_ctx[b].cols(), edited_ctx[b].row(1));
+      edited[b].ctx = &edited_ctx[b];
+    }
+    return ForwardingProposer::propose(edited, want_taps);
+  }
+};
+
 template <typename Wrapper>
 Backend wrap_with(const Backend& backend, const std::string& name) {
   return wrapped(backend, backend.name + "+" + name,
@@ -221,6 +262,20 @@ Backend page_dependent(const Backend& backend) { return wrap_with<PageDependent>
 Backend nondeterministic(const Backend& backend) { return wrap_with<Nondeterministic>(backend, "nondeterministic"); }
 Backend highest_index_ties(const Backend& backend) { return wrap_with<HighestIndexTies>(backend, "highest-index-ties"); }
 Backend stale_graph_replay(const Backend& backend) { return wrap_with<StaleGraphReplay>(backend, "stale-graph-replay"); }
+
+Backend unfloored_clamp(const Backend& backend) { return wrap_with<UnflooredClamp>(backend, "unfloored-clamp"); }
+Backend stale_context_row(const Backend& backend) { return wrap_with<StaleContextRow>(backend, "stale-context-row"); }
+
+Backend ignored_norm_eps(const Backend& backend) {
+  return wrapped(backend, backend.name + "+ignored-norm-eps",
+                 [](const ProposerFactory& inner, const DrafterConfig& config,
+                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   DrafterConfig no_eps = config;
+                   no_eps.rms_norm_eps = 0.0;
+                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
+                       inner(no_eps, std::move(weights), settings), config));
+                 });
+}
 
 Backend bf16_posing_as_fp32(const Backend& backend) {
   return wrapped(backend, backend.name + "+bf16-posing-as-fp32",

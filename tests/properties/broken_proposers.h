@@ -31,4 +31,13 @@ Backend default_rope_theta(const Backend& backend);
 // returns that earlier one's logits and draft tokens.
 Backend stale_graph_replay(const Backend& backend);
 
+// RMSNorm's eps silently taken as 0 (every norm), while the config reports the real one.
+Backend ignored_norm_eps(const Backend& backend);
+// Widths below 2 are not floored: a propose at width 0 or 1 returns that many block rows
+// (max(g, 1) - 1 logits rows) instead of clamping to 2.
+Backend unfloored_clamp(const Backend& backend);
+// A stale row written to the cache: in a propose that brings two or more context rows, the second
+// carries the first's features.
+Backend stale_context_row(const Backend& backend);
+
 }  // namespace dflash::prop

@@ -1,0 +1,49 @@
+#include "compare/catch_table.h"
+
+#include <sstream>
+
+namespace dflash {
+
+const char* catch_check_name(CatchCheck check) {
+  switch (check) {
+    case CatchCheck::kReplay: return "replay";
+    case CatchCheck::kInvariant: return "invariant";
+    case CatchCheck::kProperty: return "property";
+    case CatchCheck::kGpuTest: return "gpu-test";
+  }
+  return "?";
+}
+
+bool CatchResult::as_declared() const {
+  return caught && check == bug.declared_check && named == bug.declared_stage;
+}
+
+namespace {
+// Table cells may not carry a '|'.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? '/' : (c == '\n' ? ' ' : c);
+  return out;
+}
+}  // namespace
+
+std::string format_catch_table(const std::vector<CatchResult>& results) {
+  std::ostringstream os;
+  os << "| id | class | caught | by | first stage named | declared | as declared | where |\n";
+  os << "|---|---|---|---|---|---|---|---|\n";
+  for (const CatchResult& r : results) {
+    os << "| " << cell(r.bug.id) << " | " << cell(r.bug.bug_class) << " | " << (r.caught ? "yes" : "no") << " | "
+       << (r.caught ? catch_check_name(r.check) : "-") << " | " << (r.caught ? cell(r.named) : "-") << " | "
+       << catch_check_name(r.bug.declared_check) << " @ " << cell(r.bug.declared_stage) << " | "
+       << (r.as_declared() ? "yes" : "no") << " | " << cell(r.bug.where) << " |\n";
+  }
+  return os.str();
+}
+
+std::string catch_summary(const std::vector<CatchResult>& results) {
+  int declared = 0;
+  for (const CatchResult& r : results) declared += r.as_declared() ? 1 : 0;
+  return std::to_string(declared) + " of " + std::to_string(results.size()) + " caught as declared";
+}
+
+}  // namespace dflash

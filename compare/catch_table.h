@@ -1,0 +1,45 @@
+// The catch table: planted bugs, each declaring the check that must catch it and the first stage
+// that check must name, and what the harness actually did. One format for the CPU catch suite
+// (tests/catch/) and for planted kernel bugs on the GPU, so both tables read and compare alike.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+// The check that catches a planted bug: a fixture replay's numeric comparison, an invariant of
+// compare/invariants.h after a replay step, a RapidCheck property, or a dedicated GPU test.
+enum class CatchCheck { kReplay, kInvariant, kProperty, kGpuTest };
+
+// "replay", "invariant", "property", "gpu-test".
+const char* catch_check_name(CatchCheck check);
+
+struct PlantedBug {
+  std::string id;              // short and stable, e.g. "window-off-by-one"
+  std::string bug_class;       // the failure class it stands for, e.g. "window edge"
+  CatchCheck declared_check = CatchCheck::kReplay;
+  // The first stage (drafter.md §7 name) the replay must name, or for the other checks the
+  // invariant or property name the failure must carry.
+  std::string declared_stage;
+  std::string where;           // the fixture or property it runs on
+};
+
+struct CatchResult {
+  PlantedBug bug;
+  bool caught = false;
+  CatchCheck check = CatchCheck::kReplay;  // what caught it (meaningful when caught)
+  std::string named;                       // the first stage / invariant / property named
+  std::string detail;                      // the harness's own words for the failure
+
+  // Caught by the declared check, naming the declared stage.
+  bool as_declared() const;
+};
+
+// A Markdown table, one row per result in the given order:
+// | id | class | caught | by | first stage named | declared | as declared | where |
+std::string format_catch_table(const std::vector<CatchResult>& results);
+
+// "N of M caught as declared".
+std::string catch_summary(const std::vector<CatchResult>& results);
+
+}  // namespace dflash

@@ -1,0 +1,152 @@
+// The CPU catch suite (docs/catch-rate.md): planted bugs in test-only variants of the reference
+// (tests/properties/broken_proposers.h), each declaring the check that must catch it and the first
+// stage that check must name. Fixture-visible bugs run through the replay engine that
+// `dflash-harness replay` uses, on the bundled fixture that shows them; the others through their
+// RapidCheck property. Prints the catch table (and writes it to catch-table.md in the working
+// directory); a miss, or a catch by another check or at another stage, fails the test.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "compare/catch_table.h"
+#include "compare/divergence.h"
+#include "compare/replay.h"
+#include "core/error.h"
+#include "fixtures/fixture.h"
+#include "tests/properties/backends.h"
+#include "tests/properties/broken_proposers.h"
+#include "tests/properties/broken_variants.h"
+#include "tests/properties/property_check.h"
+
+namespace dflash {
+namespace {
+
+using prop::Backend;
+
+std::string fixture_path(const std::string& relative) { return std::string(DFLASH_SOURCE_DIR) + "/fixtures/" + relative; }
+
+// The candidate precision of every replay row: fp32, the reference's fast mode, so that a bug
+// must stand out of a real drafter's tolerance (an fp64 lane's bound would flag far less).
+constexpr Precision kLanePrecision = Precision::kFp32;
+
+ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir) {
+  Fixture fixture = read_fixture(fixture_path(fixture_dir));
+  fixture.load_weights();
+  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, fixture.head, kLanePrecision);
+  return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true}}, {});
+}
+
+// What the replay named first: the earliest divergence, or an invariant failure at an earlier step.
+CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
+  CatchResult r{bug};
+  const int divergence_step = result.first_divergence ? result.first_divergence->step : INT32_MAX;
+  const InvariantFailure* invariant = result.invariant_failures.empty() ? nullptr : &result.invariant_failures.front();
+  if (invariant != nullptr && invariant->step < divergence_step) {
+    r.caught = true, r.check = CatchCheck::kInvariant, r.named = invariant->invariant;
+    r.detail = "step " + std::to_string(invariant->step) + ": " + invariant->detail;
+  } else if (result.first_divergence) {
+    r.caught = true, r.check = CatchCheck::kReplay, r.named = result.first_divergence->stage;
+    r.detail = describe_divergence(*result.first_divergence);
+  }
+  return r;
+}
+
+struct ReplayBug {
+  PlantedBug bug;
+  std::function<Backend(const Backend&)> breaker;
+};
+
+// Declared first stages follow from where each fault enters the forward pass (drafter.md §7).
+std::vector<ReplayBug> replay_bugs() {
+  const CatchCheck replay = CatchCheck::kReplay;
+  return {
+      {{"default-rope-theta", "RoPE frequencies", replay, "L0.q", "oracle/tiny-gqa"}, prop::default_rope_theta},
+      {{"bf16-posing-as-fp32", "precision", replay, "ctx_proj", "oracle/tiny-gqa"}, prop::bf16_posing_as_fp32},
+      {{"leaky-batch", "leak between sequences", replay, "ctx_proj", "oracle/batch-widths-release"}, prop::leaky_batch},
+      {{"stale-graph-replay", "per-step value baked into a graph", replay, "logits", "oracle/batch-widths-release"},
+       prop::stale_graph_replay},
+      {{"row-past-the-block", "guard-band overrun", replay, "logits", "oracle/tiny-mha"}, prop::row_past_the_block},
+      {{"clamp-off-by-one", "block width clamp", replay, "embed", "oracle/batch-widths-release"}, prop::clamp_off_by_one},
+      {{"highest-index-ties", "argmax tie order", replay, "draft_tokens", "blind-spots/logit-ties"},
+       prop::highest_index_ties},
+      {{"unfloored-clamp-g0", "width floor of 2", replay, "logits", "blind-spots/gamma0-batch3"}, prop::unfloored_clamp},
+      {{"unfloored-clamp-g1", "width floor of 2", replay, "logits", "blind-spots/gamma1-batch3"}, prop::unfloored_clamp},
+      {{"ignored-norm-eps", "eps ignored", replay, "ctx_proj", "blind-spots/norm-eps"}, prop::ignored_norm_eps},
+      {{"window-off-by-one-cap4", "window edge", replay, "ctx_proj", "blind-spots/window-cap4"}, prop::window_off_by_one},
+      {{"window-off-by-one-cap8", "window edge", replay, "ctx_proj", "blind-spots/window-cap8"}, prop::window_off_by_one},
+      {{"window-off-by-one-cap16", "window edge", replay, "ctx_proj", "blind-spots/window-cap16"}, prop::window_off_by_one},
+      {{"stale-context-row", "stale row in the cache", replay, "ctx_proj", "blind-spots/long-window"},
+       prop::stale_context_row},
+  };
+}
+
+// Bugs no fixture shows (they differ from the working proposer by an ulp or only in state after a
+// refused call): their property is the check. The declared name is the property's message.
+std::vector<std::string> property_only_variants() { return {"NonAtomicExhaustion", "PageDependent", "Nondeterministic"}; }
+
+std::vector<std::string> fixtures_of(const std::vector<ReplayBug>& bugs) {
+  std::vector<std::string> dirs;
+  for (const ReplayBug& b : bugs) {
+    if (std::find(dirs.begin(), dirs.end(), b.bug.where) == dirs.end()) dirs.push_back(b.bug.where);
+  }
+  return dirs;
+}
+
+// The control: the working reference passes every fixture the suite uses (no false alarm).
+TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
+  const Backend working = prop::reference_backend();
+  for (const std::string& dir : fixtures_of(replay_bugs())) {
+    SCOPED_TRACE(dir);
+    const ReplayResult result = replay_on(working, dir);
+    EXPECT_TRUE(result.passed()) << dir << ": "
+                                 << (result.first_divergence ? describe_divergence(*result.first_divergence)
+                                                             : std::string("an invariant failed"));
+  }
+}
+
+TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
+  const Backend working = prop::reference_backend();
+  std::vector<CatchResult> results;
+  for (const ReplayBug& b : replay_bugs()) {
+    try {
+      results.push_back(judge_replay(b.bug, replay_on(b.breaker(working), b.bug.where)));
+    } catch (const HarnessError& e) {
+      CatchResult r{b.bug};
+      r.detail = std::string("replay stopped: ") + e.what();
+      results.push_back(r);
+    }
+  }
+  for (const prop::BrokenVariant& v : prop::generic_broken_variants()) {
+    const std::vector<std::string> wanted = property_only_variants();
+    if (std::find(wanted.begin(), wanted.end(), v.name) == wanted.end()) continue;
+    CatchResult r{{v.name, "property-only", CatchCheck::kProperty, v.expected_message, "property, seed 1"}};
+    const Backend broken = v.breaker(working);
+    std::string failure;
+    if (prop::property_fails(v.cases, /*seed=*/1, [&] { v.property(working, broken); }, &failure)) {
+      r.caught = true, r.check = CatchCheck::kProperty;
+      r.named = failure.find(v.expected_message) != std::string::npos ? v.expected_message : failure.substr(0, 60);
+      r.detail = failure;
+    }
+    results.push_back(r);
+  }
+
+  const std::string table = format_catch_table(results);
+  std::cout << table << catch_summary(results) << "\n";
+  std::ofstream("catch-table.md") << table;
+  for (const CatchResult& r : results) {
+    EXPECT_TRUE(r.as_declared()) << r.bug.id << " on " << r.bug.where << ": "
+                                 << (r.caught ? std::string("caught by ") + catch_check_name(r.check) + " at '" +
+                                                    r.named + "', declared " + catch_check_name(r.bug.declared_check) +
+                                                    " at '" + r.bug.declared_stage + "'"
+                                              : std::string("missed"))
+                                 << "\n  " << r.detail;
+  }
+}
+
+}  // namespace
+}  // namespace dflash
