@@ -4,6 +4,8 @@
 // `dflash-harness replay` uses, on the bundled fixture that shows them; the others through their
 // RapidCheck property. Prints the catch table (and writes it to catch-table.md in the working
 // directory); a miss, or a catch by another check or at another stage, fails the test.
+#include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
