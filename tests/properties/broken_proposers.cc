@@ -271,7 +271,7 @@ Backend ignored_norm_eps(const Backend& backend) {
                  [](const ProposerFactory& inner, const DrafterConfig& config,
                     std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
                    DrafterConfig no_eps = config;
-                   no_eps.rms_norm_eps = 0.0;
+                   no_eps.rms_norm_eps = 1e-30;  // the config must stay valid (eps > 0); 1e-30 adds nothing to any mean square here
                    return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
                        inner(no_eps, std::move(weights), settings), config));
                  });

@@ -31,7 +31,7 @@ Backend default_rope_theta(const Backend& backend);
 // returns that earlier one's logits and draft tokens.
 Backend stale_graph_replay(const Backend& backend);
 
-// RMSNorm's eps silently taken as 0 (every norm), while the config reports the real one.
+// RMSNorm's eps silently dropped (every norm; 1e-30 stands in for 0, which the config refuses), while the config reports the real one.
 Backend ignored_norm_eps(const Backend& backend);
 // Widths below 2 are not floored: a propose at width 0 or 1 returns that many block rows
 // (max(g, 1) - 1 logits rows) instead of clamping to 2.
