@@ -224,6 +224,18 @@ Backend wrap_with(const Backend& backend, const std::string& name) {
                  });
 }
 
+// Runs the inner proposer with `edit` applied to the config while reporting the real config.
+Backend misconfigured(const Backend& backend, const std::string& name, void (*edit)(DrafterConfig&)) {
+  return wrapped(backend, backend.name + "+" + name,
+                 [edit](const ProposerFactory& inner, const DrafterConfig& config,
+                        std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   DrafterConfig edited = config;
+                   edit(edited);
+                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
+                       inner(edited, std::move(weights), settings), config));
+                 });
+}
+
 }  // namespace
 
 Backend clamp_off_by_one(const Backend& backend) {
@@ -267,14 +279,8 @@ Backend unfloored_clamp(const Backend& backend) { return wrap_with<UnflooredClam
 Backend stale_context_row(const Backend& backend) { return wrap_with<StaleContextRow>(backend, "stale-context-row"); }
 
 Backend ignored_norm_eps(const Backend& backend) {
-  return wrapped(backend, backend.name + "+ignored-norm-eps",
-                 [](const ProposerFactory& inner, const DrafterConfig& config,
-                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
-                   DrafterConfig no_eps = config;
-                   no_eps.rms_norm_eps = 1e-30;  // the config must stay valid (eps > 0); 1e-30 adds nothing to any mean square here
-                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
-                       inner(no_eps, std::move(weights), settings), config));
-                 });
+  // The config must stay valid (eps > 0); 1e-30 adds nothing to any mean square here.
+  return misconfigured(backend, "ignored-norm-eps", [](DrafterConfig& c) { c.rms_norm_eps = 1e-30; });
 }
 
 Backend bf16_posing_as_fp32(const Backend& backend) {
@@ -291,14 +297,7 @@ Backend bf16_posing_as_fp32(const Backend& backend) {
 }
 
 Backend default_rope_theta(const Backend& backend) {
-  return wrapped(backend, backend.name + "+default-rope-theta",
-                 [](const ProposerFactory& inner, const DrafterConfig& config,
-                    std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
-                   DrafterConfig defaulted = config;
-                   defaulted.rope.theta = 10000.0;
-                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
-                       inner(defaulted, std::move(weights), settings), config));
-                 });
+  return misconfigured(backend, "default-rope-theta", [](DrafterConfig& c) { c.rope.theta = 10000.0; });
 }
 
 }  // namespace dflash::prop
