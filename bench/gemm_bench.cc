@@ -167,7 +167,7 @@ int main_impl(int argc, char** argv) {
   // are windows of the same pool (timing only: any byte is a code, a scale byte may be NaN). Floor:
   // its bytes (V·K/2 + V·K/16) at the copy rate.
   if ((only_format.empty() || only_format == "nvfp4") && (only_shape.empty() || only_shape == "lm_head") &&
-      only_columns < 0 && only_pipeline.empty()) {
+      only_columns < 0) {
     const Shape& s = shapes.back();
     const int64_t code_bytes = s.n * s.k / 2, bytes = code_bytes + s.n * s.k / 16;
     const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);

@@ -256,7 +256,6 @@ fi
 
 if ((bench_only == 0)); then
   for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
-  for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test; do run_test "" "$t" "*"; done
   run_pass ""
 
   bench_args=(--markdown "$out_dir/benchmarks.md")

@@ -132,8 +132,12 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
 
 StagePath context_kv_path(const DrafterConfig& config, bool key) {
   const int64_t H = config.hidden_size;
-  const StagePath ctx_proj = gemm(config.ctx_feature_dim(), false) + rms_norm(H);
-  return key ? ctx_proj + gemm(H, true) + rms_norm(config.head_dim) + kRope : ctx_proj + gemm(H, true);
+  // fc stays bf16; k_proj/v_proj are fp8 GEMMs in fp8 mode (the a-priori E4M3 rounding: this path is
+  // judged per stored row, without the weights' measured quantization); the cache stores bf16.
+  const StagePath ctx_proj = gemm(config.ctx_feature_dim()) + rms_norm(H) + kBoundary;
+  const StagePath projection = fp8_gemm(H, kUnitRoundoffE4M3);
+  return key ? ctx_proj + projection + rms_norm(config.head_dim) + kRope + kBoundary
+             : ctx_proj + projection + kBoundary;
 }
 
 ErrorModel error_model(Precision precision) {
