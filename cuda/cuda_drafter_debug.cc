@@ -72,10 +72,13 @@ struct CudaDrafterDebug {
     DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
   }
   static bool fp8(const CudaDrafter& d) { return d.fp8_; }
+  static const KernelPlan& plan(const CudaDrafter& d) { return d.plan_; }
   static int num_layers(const CudaDrafter& d) { return d.config_.num_layers; }
 };
 
 cudaStream_t drafter_stream(const CudaDrafter& drafter) { return CudaDrafterDebug::stream(drafter); }
+
+const KernelPlan& drafter_kernel_plan(const CudaDrafter& drafter) { return CudaDrafterDebug::plan(drafter); }
 
 bool drafter_graph_captured(const CudaDrafter& drafter, int block_width, int batch) {
   const auto* entry = CudaDrafterDebug::graph(drafter, block_width, batch);

@@ -16,6 +16,9 @@ namespace dflash {
 // The stream every launch of the drafter goes to.
 cudaStream_t drafter_stream(const CudaDrafter& drafter);
 
+// The kernel plan the drafter resolved at construction.
+const KernelPlan& drafter_kernel_plan(const CudaDrafter& drafter);
+
 // Whether the block forward of (block_width, batch) runs as a captured CUDA graph by now.
 bool drafter_graph_captured(const CudaDrafter& drafter, int block_width, int batch);
 

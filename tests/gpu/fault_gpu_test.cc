@@ -12,7 +12,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 #include "tests/support/harness_error.h"
 
 namespace dflash {

@@ -23,7 +23,8 @@
 #include "cuda/gemm.h"
 #include "cuda/gemm_nvfp4.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/gpu/random_drafter.h"
+#include "fixtures/geometries.h"
+#include "fixtures/random_drafter.h"
 
 namespace dflash {
 namespace {
