@@ -116,6 +116,10 @@ TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
   ASSERT_GE(dirs.size(), 10u) << "fixtures/oracle is missing fixtures";
   for (const std::string& dir : dirs) {
     Fixture f = read_fixture(dir);
+    if (f.config.dflash2.enabled) {  // the CUDA drafter refuses DFlash2 (cuda/cuda_drafter.cc)
+      std::printf("[oracle] %-26s not run: the CUDA drafter does not implement DFlash2\n", f.name.c_str());
+      continue;
+    }
     f.load_weights();
     for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
       judge(replay_pairs(f, precision, true), "oracle", f.name + " " + precision_name(precision));
@@ -193,8 +197,8 @@ void planted_fp8_faults(const DrafterGeometry& g) {
   ranges.row_gain_spread = 1.5;
   const Fixture f = random_sequence_fixture(g.name + "-row-gains", config, make_random_weights(config, 2025, ranges),
                                             head, {20}, 78);
-  auto bf16 = reference(f, Precision::kBf16);
   for (Fp8Fault fault : {Fp8Fault::kNone, Fp8Fault::kNeighbourRowScale, Fp8Fault::kSkippedKTile}) {
+    auto bf16 = reference(f, Precision::kBf16);  // a fresh drafter per replay: the fixture adds its sequences
     auto fp8 = reference(f, Precision::kFp8, fault);
     const ReplayResult r =
         replay_fixture(f, {{bf16.get(), Precision::kBf16, false}, {fp8.get(), Precision::kFp8, false}}, {{0, 1}});
