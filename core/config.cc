@@ -288,8 +288,19 @@ void refuse_dflash2_v1_keys(const json& object, const std::string& source, const
     throw bad_input(f.where("logit_scale") + " is not 1; where DFlash2 applies it is ambiguous; refusing");
 }
 
+// `layer_types`: an array of one entry per layer, or a refusal naming the key.
+const json& layer_types(const json& config, const Fields& top, int num_layers) {
+  const json& types = config["layer_types"];
+  if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
+  if (static_cast<int>(types.size()) != num_layers) {
+    throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
+                    std::to_string(num_layers) + " layers");
+  }
+  return types;
+}
+
 void refuse_plain_sliding(const json& config, const Fields& top, int num_layers) {
-  // Plain DFlash has no sliding-window attention (drafter.md §1): refuse rather than run it as full attention.
+  // Plain DFlash has no sliding-window attention (docs/spec/drafter.md §1): refuse rather than run it as full attention.
   if (top.boolean("use_sliding_window", false)) {
     throw bad_input(
         top.where("use_sliding_window") + " is true" +
@@ -300,12 +311,7 @@ void refuse_plain_sliding(const json& config, const Fields& top, int num_layers)
   if (top.has("is_causal") && top.boolean("is_causal", false))
     throw bad_input(top.where("is_causal") + " is true; DFlash attends bidirectionally in the block; refusing");
   if (!top.has("layer_types")) return;
-  const json& types = config["layer_types"];
-  if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
-  if (static_cast<int>(types.size()) != num_layers) {
-    throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
-                    std::to_string(num_layers) + " layers");
-  }
+  const json& types = layer_types(config, top, num_layers);
   for (size_t i = 0; i < types.size(); ++i) {
     if (!types[i].is_string() || types[i].get<std::string>() != "full_attention") {
       throw bad_input(top.where("layer_types") + "[" + std::to_string(i) + "] is " + types[i].dump() +
@@ -324,12 +330,7 @@ void parse_dflash2_attention(const json& config, const Fields& top, int num_laye
     throw bad_input(top.where("is_causal") + " is true; DFlash2 v1 is non-causal; refusing");
   d->sliding.assign(static_cast<size_t>(num_layers), false);
   if (top.has("layer_types")) {
-    const json& types = config["layer_types"];
-    if (!types.is_array()) throw bad_input(top.where("layer_types") + " must be an array");
-    if (static_cast<int>(types.size()) != num_layers) {
-      throw bad_input(top.where("layer_types") + " has " + std::to_string(types.size()) + " entries for " +
-                      std::to_string(num_layers) + " layers");
-    }
+    const json& types = layer_types(config, top, num_layers);
     for (size_t i = 0; i < types.size(); ++i) {
       const std::string type = types[i].is_string() ? types[i].get<std::string>() : std::string();
       if (type != "full_attention" && type != "sliding_attention") {
