@@ -1,29 +1,33 @@
 // The NVFP4 lm_head GEMM (gemm_nvfp4.h).
 //
-// Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and 16 activation
-// rows (grid.y walks the rows in 16s); each warp owns 16 weight rows as two n8 tiles. K is walked
-// in slabs of 1024: the CTA copies the slab's 16 activation rows into shared memory, then each warp
-// streams its weight rows' codes and block scales for the slab straight into registers (16-byte
-// loads, each weight byte read once) and runs mma.sync m16n8k16 on them.
+// Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
+// activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
+// the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
+// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp keeps its weight rows' codes and block scales for the
+// next chunk in flight in registers while it computes the current one (16-byte loads, each weight
+// byte read once), and the CTA double-buffers the chunk's activation rows in shared memory with
+// cp.async (laid out as mma A fragments, fragment_unit), one barrier per chunk.
 //
 // Fragment layout. A reduction may visit k in any order as long as A and B agree, so each thread
 // takes the k its own 16-byte code load holds: in a 512-column chunk, thread (g = lane / 4,
 // t = lane % 4) loads, for i = 0..3, bytes 64i + 16t .. +15 of weight row g: codes
 // k = 128i + 32t + [0, 32), blocks 8i + 2t and 8i + 2t + 1. Each 4-byte word w of that load holds
-// codes k0 = 128i + 32t + 8w .. k0 + 7, which feed two mma k-steps; in the step of bytes (2p, 2p+1)
-// the thread's B pair (2t, 2t+1) is codes k0 + 4p + {0, 1} and its pair (2t+8, 2t+9) is
-// k0 + 4p + {2, 3}; its A registers take the same columns of activation rows g and g+8. The k
-// order of every output element is therefore fixed by the weight's shape alone: batch invariant.
+// codes k0 = 128i + 32t + 8w .. k0 + 7, which feed two mma k-steps: codes k0 + 4p + {0, 1} and
+// k0 + 4p + {2, 3} are the thread's B pairs (2t, 2t+1) and (2t+8, 2t+9) in step p, and its A
+// registers take the same columns of activation rows g and g+8. The k order of every output
+// element is fixed by the weight's shape alone, whatever MT: batch invariant.
 //
-// Decode. prmt looks each 3-bit magnitude up in two byte tables (the high and low byte of its bf16
-// value), the sign bit is moved to bit 15 of its half, and one bf16x2 multiply by the block scale
-// (E4M3 -> bf16 with gemm_tiles' exact decode) gives e2m1 · e4m3 exactly (products lie in
-// [2^-10, 2688], normal in bf16).
+// Decode. The device layout (nvfp4_layout.h) re-packs each code word so that every code comes out
+// as bf16 bits worth its E2M1 value times 2^-126 with one to five integer instructions per two
+// codes. One bf16x2 multiply by the block scale times 2^119 then gives e2m1 · e4m3 · 2^-7 exactly
+// (e2m1 · e4m3 has at most 6 significant bits and lies in [2^-10, 2688], so the product is a normal
+// bf16); the finished fp32 sum is multiplied back by 2^7 (exact) before the global scale. Scaling
+// every product by a power of two changes no bit of the sum unless a partial sum underflows.
 #include "cuda/gemm_nvfp4.h"
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,57 +36,50 @@
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/gemm_tiles.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/nvfp4_layout.h"
 
 namespace dflash {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTilesPerWarp = 2;                         // n8 tiles
+constexpr int kTilesPerWarp = 2;                            // n8 tiles
 constexpr int kColumnsPerCta = kWarps * kTilesPerWarp * 8;  // 128
-constexpr int kRows = 16;                                // activation rows per CTA (one m16 tile)
-constexpr int kSlab = 1024;                              // K per shared-memory slab
-constexpr int kSlabUnits = kSlab / 8;                    // 16-byte units of one activation row
-constexpr int kChunk = static_cast<int>(kNvFp4KChunk);   // 512
-static_assert(kSlab % kChunk == 0, "a slab holds whole chunks");
-// The epilogue's staging of the CTA's [16, 128] sums (over the activation slab, after a barrier).
-constexpr int kStageStride = kColumnsPerCta + 4;
-static_assert(kRows * kStageStride * 4 <= kRows * kSlab * 2, "the staging fits in the slab's memory");
+constexpr int kChunk = static_cast<int>(kNvFp4KChunk);      // 512
+constexpr int kStageStride = kColumnsPerCta + 4;            // the epilogue's staging row, in floats
 
-// E2M1 magnitudes 0..7 as bf16: high bytes 00 3F 3F 3F 40 40 40 40, low bytes 00 00 80 C0 00 40 80 C0.
-constexpr uint32_t kHighBytes0 = 0x3F3F3F00u, kHighBytes1 = 0x40404040u;
-constexpr uint32_t kLowBytes0 = 0xC0800000u, kLowBytes1 = 0xC0804000u;
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-  return r;
-}
-
-// Four E2M1 codes (bits 0-15: code j in bits 4j..4j+3) to two bf16x2 (codes 0, 1 and codes 2, 3;
-// the lower code in the low half), times the bf16x2 block scale `scale2` (the scale in both halves).
-__device__ __forceinline__ void e2m1x4_to_bf16(uint32_t codes, uint32_t scale2, uint32_t& b01, uint32_t& b23) {
-  const uint32_t selector = codes & 0x7777u;  // magnitudes; the 8 bit (prmt's sign mode) cleared
-  const uint32_t high = prmt(kHighBytes0, kHighBytes1, selector);
-  const uint32_t low = prmt(kLowBytes0, kLowBytes1, selector);
-  const uint32_t v01 = prmt(low, high, 0x5140u) | ((codes << 12) & 0x8000u) | ((codes << 24) & 0x80000000u);
-  const uint32_t v23 = prmt(low, high, 0x7362u) | ((codes << 4) & 0x8000u) | ((codes << 16) & 0x80000000u);
-  __nv_bfloat162 s, x;
+// The 8 codes of a packed word (nvfp4_layout.h) as four bf16x2 (codes 2r, 2r+1; the lower code in
+// the low half), each times `scale2` (the block scale · 2^119 in both halves): e2m1 · e4m3 · 2^-7.
+__device__ __forceinline__ void decode_word(uint32_t w, uint32_t scale2, uint32_t (&r)[4]) {
+  uint32_t raw[4];
+  nvfp4_unpack_word(w, raw);
+  __nv_bfloat162 s;
   *reinterpret_cast<uint32_t*>(&s) = scale2;
-  *reinterpret_cast<uint32_t*>(&x) = v01;
-  const __nv_bfloat162 r01 = __hmul2(x, s);
-  *reinterpret_cast<uint32_t*>(&x) = v23;
-  const __nv_bfloat162 r23 = __hmul2(x, s);
-  b01 = *reinterpret_cast<const uint32_t*>(&r01);
-  b23 = *reinterpret_cast<const uint32_t*>(&r23);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 x;
+    *reinterpret_cast<uint32_t*>(&x) = raw[i];
+    const __nv_bfloat162 p = __hmul2(x, s);
+    r[i] = *reinterpret_cast<const uint32_t*>(&p);
+  }
 }
 
-// The 16-byte unit `unit` of activation row `row` in the slab, swizzled so that the 8 lanes of a
-// quarter warp (rows g, g+1; t = 0..3; one word w) hit 8 different bank groups.
-__device__ __forceinline__ int slab_unit(int row, int unit) {
-  return row * kSlabUnits + (unit ^ (((unit >> 3) & 1) | ((row & 1) << 1)));
+// A chunk buffer holds the activations as mma A fragments: row pair rp (rows 16(rp / 8) + rp % 8
+// and that + 8) and column quad q (k = 4q .. 4q+3 of the chunk) form one 16-byte unit, words
+// {row, k 0-1}, {row + 8, k 0-1}, {row, k 2-3}, {row + 8, k 2-3}: one shared load is the four A
+// registers of one mma, in order. Two units of padding per 8 quads and one per row pair put the 8
+// lanes of a quarter warp (rp, rp + 1; quads q0 + 8t) on 8 different bank groups, and keep each
+// thread's addresses a base plus constants.
+constexpr int kQuads = kChunk / 4;
+constexpr int kPairStride = kQuads + 2 * (kQuads / 8) + 1;  // units per row pair
+__host__ __device__ constexpr int fragment_unit(int rp, int q) { return rp * kPairStride + q + 2 * (q >> 3); }
+
+__device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 4 : 0));
 }
 
+// Weights are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -90,15 +87,35 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
                : "l"(p));
   return v;
 }
+__device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
 
-__global__ void __launch_bounds__(kThreads, 2)
+// One chunk of this thread's weights: codes of its two rows, and their 8 block scales each.
+struct ChunkWeights {
+  uint4 codes[kTilesPerWarp][4];
+  uint2 scales[kTilesPerWarp];
+};
+
+template <int MT>
+constexpr size_t smem_bytes() {
+  return static_cast<size_t>(2) * MT * 8 * kPairStride * 16;
+}
+
+template <int MT>
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
     gemm_nvfp4_kernel(const uint16_t* __restrict__ a, int64_t lda, int64_t m, DeviceNvFp4View w, EpilogueArgs e) {
-  __shared__ uint4 slab[kRows * kSlabUnits];
+  extern __shared__ uint4 smem[];  // two chunk buffers of MT·16 activation rows
+  constexpr int kRows = MT * 16;
+  constexpr int kBufferUnits = MT * 8 * kPairStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kColumnsPerCta;
   const int64_t code_stride = w.k_pad / 2, scale_stride = w.k_pad / 16;
+  const int chunks = static_cast<int>(w.k_pad / kChunk);
 
   // This thread's weight rows (clamped past n: read, never stored).
   const uint8_t* codes[kTilesPerWarp];
@@ -108,90 +125,153 @@ __global__ void __launch_bounds__(kThreads, 2)
     int64_t row = n0 + warp * (kTilesPerWarp * 8) + j * 8 + g;
     if (row >= w.n) row = w.n - 1;
     codes[j] = w.codes + row * code_stride + 16 * t;
-    scales[j] = w.block_scales + row * scale_stride;
+    scales[j] = w.block_scales + row * scale_stride + 8 * t;
   }
-
-  float acc[kTilesPerWarp][4] = {};
-  pdl_wait();  // the activations come from the previous kernel
-  for (int64_t s0 = 0; s0 < w.k_pad; s0 += kSlab) {
-    const int slab_k = w.k_pad - s0 < kSlab ? static_cast<int>(w.k_pad - s0) : kSlab;
-    __syncthreads();  // the previous slab's readers are done
-    for (int x = threadIdx.x; x < kRows * kSlabUnits; x += kThreads) {
-      const int row = x / kSlabUnits, unit = x % kSlabUnits;
-      const int64_t k = s0 + 8 * unit;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      // K is a multiple of 16, so a unit starting below k lies whole inside it.
-      if (m0 + row < m && k < w.k) v = *reinterpret_cast<const uint4*>(a + (m0 + row) * lda + k);
-      slab[slab_unit(row, unit)] = v;
+  auto load_chunk = [&](int c, ChunkWeights& cw) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cw.codes[j][i] = load_stream(codes[j] + c * (kChunk / 2) + 64 * i);
+      cw.scales[j] = load_stream8(scales[j] + c * (kChunk / 16));
     }
-    __syncthreads();
-
-    for (int c = 0; c < slab_k / kChunk; ++c) {
-      const int64_t chunk_k = s0 + static_cast<int64_t>(c) * kChunk;
-      uint4 q[kTilesPerWarp][4], sc[kTilesPerWarp][2];
+  };
+  // The activation copy: the CTA's MT·8·kQuads units of 4 words are 16·MT words per thread. Thread
+  // x copies word s = x % 4 of quad q0 = x / 4 and q0 + 64 of every row pair, so that its
+  // addresses are a base plus constants.
+  const int word_s = threadIdx.x & 3, q0 = threadIdx.x >> 2;
+  const int row_s = (word_s & 1) * 8, col_s = 4 * q0 + (word_s >> 1) * 2;
+  const uint16_t* const a_thread = a + (m0 + row_s) * lda + col_s;
+  const int unit_thread = fragment_unit(0, q0);
+  static_assert(kThreads * 16 == 8 * kQuads * 4, "16 words per thread and m16 tile");
+  auto copy_activations = [&](int c, uint4* buffer) {
+    uint32_t* const words = reinterpret_cast<uint32_t*>(buffer) + 4 * unit_thread + word_s;
+    const int64_t k0 = static_cast<int64_t>(c) * kChunk + col_s;
+#pragma unroll
+    for (int j = 0; j < 16 * MT; ++j) {
+      const int rp = j >> 1, half = j & 1;  // quad q0 + 64·half of row pair rp
+      const int row = (rp >> 3) * 16 + (rp & 7);
+      // K is a multiple of 16, so a pair starting below k lies whole inside it.
+      const bool valid = m0 + row_s + row < m && k0 + 256 * half < w.k;
+      const uint16_t* src = a_thread + row * lda + static_cast<int64_t>(c) * kChunk + 256 * half;
+      cp_async_4(words + 4 * (rp * kPairStride + 80 * half), valid ? src : a, valid);
+    }
+    gemm_tiles::cp_async_commit();
+  };
+  // The weights never depend on the previous kernel: their first chunk is fetched before the wait.
+  ChunkWeights cur;
+  load_chunk(0, cur);
+  float acc[MT][kTilesPerWarp][4] = {};
+  pdl_wait();  // the activations come from the previous kernel
+  copy_activations(0, smem);
+  // One chunk: fetch chunk c + 1's weights into `next`, compute chunk c from `cur`.
+  auto step = [&](int c, const ChunkWeights& cur, ChunkWeights& next) {
+    if (c + 1 < chunks) load_chunk(c + 1, next);
+    gemm_tiles::cp_async_wait<0>();
+    __syncthreads();  // chunk c's activations are in; chunk c-1's buffer has no readers left
+    if (c + 1 < chunks) copy_activations(c + 1, smem + ((c + 1) & 1) * kBufferUnits);
+    const uint4* buffer = smem + (c & 1) * kBufferUnits;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Blocks 8i + 2t and 8i + 2t + 1 (words 0, 1 and words 2, 3 of the thread's 32 codes), times
+      // 2^119, each in both halves.
+      uint32_t scale2[kTilesPerWarp][2];
 #pragma unroll
       for (int j = 0; j < kTilesPerWarp; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) q[j][i] = load_stream(codes[j] + chunk_k / 2 + 64 * i);
-        // The chunk's 32 block scales of the row; every lane of the row reads the same 32 bytes.
-        sc[j][0] = __ldg(reinterpret_cast<const uint4*>(scales[j] + chunk_k / 16));
-        sc[j][1] = __ldg(reinterpret_cast<const uint4*>(scales[j] + chunk_k / 16 + 16));
+        const uint32_t word = i < 2 ? cur.scales[j].x : cur.scales[j].y;
+        const uint32_t pair = gemm_tiles::e4m3x2_to_bf16x2(word, (i & 1) ? gemm_tiles::kCodes23 : gemm_tiles::kCodes01);
+        __nv_bfloat162 p;
+        *reinterpret_cast<uint32_t*>(&p) = pair;
+        p = __hmul2(p, __floats2bfloat162_rn(0x1p119f, 0x1p119f));
+        const uint32_t scaled = *reinterpret_cast<const uint32_t*>(&p);
+        scale2[j][0] = __byte_perm(scaled, 0, 0x1010u);
+        scale2[j][1] = __byte_perm(scaled, 0, 0x3232u);
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        // Blocks 8i + 2t and 8i + 2t + 1: halfword 4i + t of the 32 scale bytes.
-        uint32_t scale_pair[kTilesPerWarp];
+      for (int wd = 0; wd < 4; ++wd) {
+        // Quads 32i + 8t + 2wd + {0, 1}: codes k0 + {0..3} and k0 + {4..7}.
+        uint4 f0[MT], f1[MT];
 #pragma unroll
-        for (int j = 0; j < kTilesPerWarp; ++j) {
-          const uint4 half = sc[j][i >> 1];
-          const uint32_t word = (i & 1) ? ((t >> 1) ? half.w : half.z) : ((t >> 1) ? half.y : half.x);
-          const uint32_t pair = (word >> (16 * (t & 1))) & 0xFFFFu;
-          scale_pair[j] = gemm_tiles::e4m3x2_to_bf16x2(pair, gemm_tiles::kCodes01);  // low half: block 8i+2t
+        for (int mt = 0; mt < MT; ++mt) {
+          const int unit = fragment_unit(8 * mt + g, 32 * i + 8 * t + 2 * wd);
+          f0[mt] = buffer[unit];
+          f1[mt] = buffer[unit + 1];
         }
 #pragma unroll
-        for (int wd = 0; wd < 4; ++wd) {
-          const int unit = c * (kChunk / 8) + 16 * i + 4 * t + wd;
-          const uint4 lo = slab[slab_unit(g, unit)];
-          const uint4 hi = slab[slab_unit(g + 8, unit)];
+        for (int j = 0; j < kTilesPerWarp; ++j) {
+          uint32_t b[4];
+          decode_word(gemm_tiles::word_of(cur.codes[j][i], wd), scale2[j][wd >> 1], b);
 #pragma unroll
-          for (int j = 0; j < kTilesPerWarp; ++j) {
-            const uint32_t word = gemm_tiles::word_of(q[j][i], wd);
-            // Words 0, 1 lie in the first block of the thread's 32 codes, words 2, 3 in the second.
-            const uint32_t scale2 = __byte_perm(scale_pair[j], 0, wd < 2 ? 0x1010u : 0x3232u);
-            uint32_t b01, b23;
-            e2m1x4_to_bf16(word & 0xFFFFu, scale2, b01, b23);
-            gemm_tiles::mma_bf16_16816(acc[j], lo.x, hi.x, lo.y, hi.y, b01, b23);
-            e2m1x4_to_bf16(word >> 16, scale2, b01, b23);
-            gemm_tiles::mma_bf16_16816(acc[j], lo.z, hi.z, lo.w, hi.w, b01, b23);
+          for (int mt = 0; mt < MT; ++mt) {
+            gemm_tiles::mma_bf16_16816(acc[mt][j], f0[mt].x, f0[mt].y, f0[mt].z, f0[mt].w, b[0], b[1]);
+            gemm_tiles::mma_bf16_16816(acc[mt][j], f1[mt].x, f1[mt].y, f1[mt].z, f1[mt].w, b[2], b[3]);
           }
         }
       }
     }
+  };
+  for (int c = 0; c < chunks; ++c) {
+    ChunkWeights next;
+    step(c, cur, next);
+    cur = next;
   }
   pdl_launch_dependents();
 
   // Stage the sums as [row][column] so that a warp finishes 32 adjacent columns of one row at once.
-  __syncthreads();
-  float* stage = reinterpret_cast<float*>(slab);
+  __syncthreads();  // every warp is done with the chunk buffers
+  float* stage = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int j = 0; j < kTilesPerWarp; ++j) {
-    const int col = warp * (kTilesPerWarp * 8) + j * 8 + 2 * t;
-    stage[g * kStageStride + col] = acc[j][0];
-    stage[g * kStageStride + col + 1] = acc[j][1];
-    stage[(g + 8) * kStageStride + col] = acc[j][2];
-    stage[(g + 8) * kStageStride + col + 1] = acc[j][3];
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      const int col = warp * (kTilesPerWarp * 8) + j * 8 + 2 * t;
+      const int row = 16 * mt + g;
+      stage[row * kStageStride + col] = acc[mt][j][0];
+      stage[row * kStageStride + col + 1] = acc[mt][j][1];
+      stage[(row + 8) * kStageStride + col] = acc[mt][j][2];
+      stage[(row + 8) * kStageStride + col + 1] = acc[mt][j][3];
+    }
   }
   __syncthreads();
   constexpr int kBlocks = kColumnsPerCta / static_cast<int>(kArgmaxBlock);
   for (int item = warp; item < kRows * kBlocks; item += kWarps) {
     const int row = item / kBlocks, block = item % kBlocks;
-    // A column block wholly past n stores nothing (its argmax partial would land in the next
-    // row's first slot). Uniform per warp.
-    if (n0 + block * kArgmaxBlock >= w.n) continue;
+    // Rows past m and a column block wholly past n store nothing (the block's argmax partial would
+    // land in the next row's first slot). Uniform per warp.
+    if (m0 + row >= m || n0 + block * kArgmaxBlock >= w.n) continue;
     const float sum = stage[row * kStageStride + block * static_cast<int>(kArgmaxBlock) + lane];
-    // The global scale, once per finished sum (a multiplier, never a divisor).
-    epilogue_warp(e, m0 + row, n0 + block * kArgmaxBlock, __fmul_rn(sum, w.global_scale));
+    // Undo the decode's 2^-7 (exact), then the global scale, once per finished sum (a multiplier,
+    // never a divisor).
+    epilogue_warp(e, m0 + row, n0 + block * kArgmaxBlock, __fmul_rn(__fmul_rn(sum, 0x1p7f), w.global_scale));
   }
+}
+static_assert(kStageStride * 16 * 4 <= smem_bytes<1>(), "the staging fits in the chunk buffers");
+static_assert(fragment_unit(0, kQuads - 1) < kPairStride, "a row pair's quads fit its stride");
+static_assert(fragment_unit(0, 64) - fragment_unit(0, 0) == 80 && kQuads == 128, "the copy's offset of quad q0 + 64");
+
+// Once per instantiation and process, before its first launch (prepare_nvfp4_kernels runs them at
+// upload, outside any graph capture).
+template <int MT>
+void prepare() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(gemm_nvfp4_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_bytes<MT>())));
+  });
+}
+void prepare_all() {
+  prepare<1>();
+  prepare<4>();
+}
+
+template <int MT>
+void launch(cudaStream_t stream, bool pdl, const uint16_t* a, int64_t lda, int64_t m, const DeviceNvFp4View& w,
+            const EpilogueArgs& args) {
+  prepare<MT>();
+  const int64_t row_tiles = (m + MT * 16 - 1) / (MT * 16);
+  if (row_tiles > 65535) throw internal_error("gemm nvfp4: " + std::to_string(m) + " rows exceed the grid");
+  const dim3 grid(static_cast<unsigned>((w.n + kColumnsPerCta - 1) / kColumnsPerCta), static_cast<unsigned>(row_tiles));
+  launch_kernel("gemm_nvfp4_kernel", gemm_nvfp4_kernel<MT>, grid, dim3(kThreads), smem_bytes<MT>(), stream, pdl, a, lda,
+                m, w, args);
 }
 
 }  // namespace
@@ -209,19 +289,13 @@ DeviceNvFp4View DeviceNvFp4Linear::view() const {
 
 DeviceNvFp4Linear upload_nvfp4(const NvFp4Weight& w) {
   validate_nvfp4_head(w, w.rows, w.cols, "upload_nvfp4");
+  prepare_all();
   DeviceNvFp4Linear d;
   d.n = w.rows;
   d.k = w.cols;
   d.k_pad = nvfp4_pad_k(w.cols);
   d.global_scale = w.global_scale;
-  const int64_t code_row = w.cols / 2, code_row_pad = d.k_pad / 2;
-  const int64_t scale_row = w.cols / kNvFp4GroupSize, scale_row_pad = d.k_pad / kNvFp4GroupSize;
-  std::vector<uint8_t> codes(static_cast<size_t>(d.n * code_row_pad), 0), scales(static_cast<size_t>(d.n * scale_row_pad), 0);
-  for (int64_t r = 0; r < d.n; ++r) {
-    std::copy(w.codes.begin() + r * code_row, w.codes.begin() + (r + 1) * code_row, codes.begin() + r * code_row_pad);
-    std::copy(w.block_scales.begin() + r * scale_row, w.block_scales.begin() + (r + 1) * scale_row,
-              scales.begin() + r * scale_row_pad);
-  }
+  const std::vector<uint8_t> codes = nvfp4_device_codes(w), scales = nvfp4_device_block_scales(w);
   d.codes.allocate(codes.size());
   d.block_scales.allocate(scales.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(d.codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
@@ -237,16 +311,19 @@ void launch_gemm_nvfp4(cudaStream_t stream, bool pdl, const uint16_t* a, int64_t
                          ", k " + std::to_string(w.k) + ", k_pad " + std::to_string(w.k_pad) + ", lda " +
                          std::to_string(lda) + ")");
   }
-  const int64_t row_tiles = (m + kRows - 1) / kRows;
-  if (row_tiles > 65535) throw internal_error("gemm nvfp4: " + std::to_string(m) + " rows exceed the grid");
   EpilogueArgs args;
   args.scale = nullptr;
   args.bias = nullptr;
   args.m = m;
   args.n = w.n;
   args.ep = epilogue;
-  const dim3 grid(static_cast<unsigned>((w.n + kColumnsPerCta - 1) / kColumnsPerCta), static_cast<unsigned>(row_tiles));
-  launch_kernel("gemm_nvfp4_kernel", gemm_nvfp4_kernel, grid, dim3(kThreads), 0, stream, pdl, a, lda, m, w, args);
+  // One m16 tile per CTA (two CTAs per SM) up to 32 rows, four (one CTA per SM, the weights read
+  // once per 64 rows) beyond: measured on the H200, 32 rows take less time as two 16-row passes.
+  if (m <= 32) {
+    launch<1>(stream, pdl, a, lda, m, w, args);
+  } else {
+    launch<4>(stream, pdl, a, lda, m, w, args);
+  }
 }
 
 }  // namespace dflash

@@ -4,7 +4,8 @@
 // (exact: e2m1 · e4m3 has at most 6 significant bits), mma.sync m16n8k16 accumulates in fp32, the
 // global scale multiplies each finished sum once, then the GemmEpilogue (logits, argmax partials)
 // finishes it as for the other heads. It runs on exactly the m rows it is given. The weights are
-// read once per 16 activation rows: V·K/2 code bytes + V·K/16 scale bytes.
+// read once per 16 activation rows up to 32 rows, once per 64 beyond: V·K/2 code bytes + V·K/16
+// scale bytes each time.
 #pragma once
 #include <cstdint>
 
@@ -13,18 +14,14 @@
 #include "core/nvfp4.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/nvfp4_layout.h"
 
 namespace dflash {
 
-// K per step of the kernel's main loop; the device copy pads K to a multiple of it with zero codes
-// and zero scales (the checkpoint layout otherwise, row-major and unswizzled).
-constexpr int64_t kNvFp4KChunk = 512;
-inline int64_t nvfp4_pad_k(int64_t k) { return (k + kNvFp4KChunk - 1) / kNvFp4KChunk * kNvFp4KChunk; }
-
 struct DeviceNvFp4View {
   int64_t n = 0, k = 0, k_pad = 0;
-  const uint8_t* codes = nullptr;         // [n, k_pad/2], element 2j in the low nibble
-  const uint8_t* block_scales = nullptr;  // [n, k_pad/16] E4M3
+  const uint8_t* codes = nullptr;         // [n, k_pad/2] in the device layout (nvfp4_layout.h)
+  const uint8_t* block_scales = nullptr;  // [n, k_pad/16] E4M3, in the device layout
   float global_scale = 0.0f;
 };
 
@@ -37,7 +34,7 @@ struct DeviceNvFp4Linear {
   int64_t storage_bytes() const { return static_cast<int64_t>(codes.bytes() + block_scales.bytes()); }
 };
 
-// Copies a validated head to the device (padded to nvfp4_pad_k); returns when it is there.
+// Copies a validated head to the device in the device layout; returns when it is there.
 DeviceNvFp4Linear upload_nvfp4(const NvFp4Weight& w);
 
 // Enqueues C = A·Wᵀ on `stream` with the epilogue (its scale and bias are none). A: [m, lda] bf16

@@ -1,9 +1,9 @@
 // The NVFP4 lm_head GEMM (cuda/gemm_nvfp4.h) against the reference's w4a16 emulation computed
 // here in double: bf16 activations times e2m1 · e4m3 (core/nvfp4.h, exact), times weight_scale_2.
 // Shapes cover K = 96 (the fixture's), K = 80 (K not a multiple of 32), K = 1040 (a partial
-// last slab), K = 4096 (Qwen3-8B), N not a multiple of the CTA's 128 columns; m covers one row up
-// to several 16-row tiles. Also: batch invariance bit for bit, the fused argmax (ties to the lowest
-// index), and proof that the check rejects a head read with its nibbles swapped.
+// last chunk), K = 4096 (Qwen3-8B), N not a multiple of the CTA's 128 columns; m covers one row
+// up to more rows than one CTA takes. Also: batch invariance bit for bit, the fused argmax (ties to
+// the lowest index), and proof that the check rejects a head read with its nibbles swapped.
 //
 // Error bound per element: e2m1 · e4m3 and the bf16 activation are exact in bf16, their product is
 // exact in fp32; a sum of K of them in any order, each addition off by at most one fp32 ulp (2^-23
@@ -103,8 +103,9 @@ TEST_F(GemmNvfp4Test, MatchesTheW4a16EmulationAtEveryRowCountAndIsBatchInvariant
   struct Shape {
     int64_t n, k;
   };
-  const int64_t row_counts[] = {1, 2, 7, 15, 16, 17, 33, 60};
-  const int64_t max_m = 60;
+  // One and four m16 tiles per CTA, and more rows than one CTA takes (grid.y > 1).
+  const int64_t row_counts[] = {1, 2, 7, 15, 16, 17, 32, 33, 60, 64, 65};
+  const int64_t max_m = 130;
   for (const Shape& s : {Shape{500, 96}, Shape{333, 80}, Shape{257, 1040}, Shape{1000, 4096}}) {
     const NvFp4Weight head = make_random_nvfp4_head(s.n, s.k, kSeed + static_cast<uint64_t>(s.k));
     const DeviceNvFp4Linear w = upload_nvfp4(head);
