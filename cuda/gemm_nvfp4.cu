@@ -3,9 +3,9 @@
 // Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
 // activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
 // the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
-// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp keeps its weight rows' codes and block scales for the
-// next chunk in flight in registers while it computes the current one (16-byte loads, each weight
-// byte read once), and the CTA double-buffers the chunk's activation rows in shared memory with
+// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp keeps its weight rows'
+// codes and block scales for the next chunk in flight in registers while it computes the current
+// one (16-byte loads, each weight byte read once), and the CTA double-buffers the chunk's activation rows in shared memory with
 // cp.async (laid out as mma A fragments, fragment_unit), one barrier per chunk.
 //
 // Fragment layout. A reduction may visit k in any order as long as A and B agree, so each thread

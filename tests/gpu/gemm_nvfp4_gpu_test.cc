@@ -169,8 +169,12 @@ TEST_F(GemmNvfp4Test, FusedArgmaxMatchesTheLogitsAndTiesGoToTheLowestIndex) {
         if (host[static_cast<size_t>(i * n + j)] > host[static_cast<size_t>(i * n + best)]) best = static_cast<int32_t>(j);
       }
       ASSERT_EQ(f[static_cast<size_t>(i)], best) << "variant " << variant << " row " << i;
-      if (variant == 1) ASSERT_EQ(best, 0);
-      if (variant == 2) ASSERT_EQ(best, 1);
+      if (variant == 1) {
+        ASSERT_EQ(best, 0);
+      }
+      if (variant == 2) {
+        ASSERT_EQ(best, 1);
+      }
     }
   }
 }
