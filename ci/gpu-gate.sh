@@ -264,6 +264,13 @@ fi
 if ((bench_only == 0)); then
   for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
   run_pass ""
+  # The GPU observed/bound table of docs/tolerances.md, from the summary lines of the tests above.
+  if python3 ci/tolerance_table.py "$tests_log" >"$out_dir/tolerance-table.md" 2>&1; then
+    note "PASS tolerance table (tolerance-table.md)"
+  else
+    note "FAIL tolerance table: $(tail -n 1 "$out_dir/tolerance-table.md")"
+    status=1
+  fi
 
   bench_args=(--markdown "$out_dir/benchmarks.md")
   ((quick)) && bench_args+=(--precisions fp8)
