@@ -3,10 +3,11 @@
 // Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
 // activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
 // the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
-// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp keeps its weight rows'
-// codes and block scales for the next chunk in flight in registers while it computes the current
-// one (16-byte loads, each weight byte read once), and the CTA double-buffers the chunk's activation rows in shared memory with
-// cp.async (laid out as mma A fragments, fragment_unit), one barrier per chunk.
+// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp loads its weight rows'
+// codes and block scales for the chunk into registers (16-byte loads, each weight byte read once;
+// three CTAs per SM keep enough bytes in flight), and the CTA double-buffers the chunk's
+// activations in shared memory with cp.async (laid out as mma A fragments, fragment_unit), one
+// barrier per chunk.
 //
 // Fragment layout. A reduction may visit k in any order as long as A and B agree, so each thread
 // takes the k its own 16-byte code load holds: in a 512-column chunk, thread (g = lane / 4,
@@ -105,7 +106,7 @@ constexpr size_t smem_bytes() {
 }
 
 template <int MT>
-__global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
     gemm_nvfp4_kernel(const uint16_t* __restrict__ a, int64_t lda, int64_t m, DeviceNvFp4View w, EpilogueArgs e) {
   extern __shared__ uint4 smem[];  // two chunk buffers of MT·16 activation rows
   constexpr int kRows = MT * 16;
@@ -163,9 +164,8 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
   float acc[MT][kTilesPerWarp][4] = {};
   pdl_wait();  // the activations come from the previous kernel
   copy_activations(0, smem);
-  // One chunk: fetch chunk c + 1's weights into `next`, compute chunk c from `cur`.
-  auto step = [&](int c, const ChunkWeights& cur, ChunkWeights& next) {
-    if (c + 1 < chunks) load_chunk(c + 1, next);
+  for (int c = 0; c < chunks; ++c) {
+    if (c > 0) load_chunk(c, cur);
     gemm_tiles::cp_async_wait<0>();
     __syncthreads();  // chunk c's activations are in; chunk c-1's buffer has no readers left
     if (c + 1 < chunks) copy_activations(c + 1, smem + ((c + 1) & 1) * kBufferUnits);
@@ -208,11 +208,6 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 2 : 1)
         }
       }
     }
-  };
-  for (int c = 0; c < chunks; ++c) {
-    ChunkWeights next;
-    step(c, cur, next);
-    cur = next;
   }
   pdl_launch_dependents();
 
