@@ -14,7 +14,8 @@ template <typename T>
 void attend_kv_group(const AttentionGeometry& g, int kv_head, int64_t row0, int64_t block_width,
                      const AlignedMatrix<T>& q, const AlignedMatrix<T>& k_block, const AlignedMatrix<T>& v_block,
                      const AlignedMatrix<T>& k_pool, const AlignedMatrix<T>& v_pool,
-                     const std::vector<int64_t>& window_slots, int64_t window_left, AlignedMatrix<T>* out) {
+                     const std::vector<int64_t>& window_slots, int64_t window_left, AlignedMatrix<T>* out,
+                     bool causal_block) {
   using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   using StridedMap = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
@@ -48,9 +49,10 @@ void attend_kv_group(const AttentionGeometry& g, int kv_head, int64_t row0, int6
       for (int64_t j = 0; j < keys; ++j) scores[j] = scores[j] * scale;
       // Sliding: context key j (position s - ctx + j) is visible iff s - ctx + j >= s + i - window_left.
       const int64_t first = window_left < 0 ? 0 : ctx - std::clamp<int64_t>(window_left - i, 0, ctx);
-      const int64_t seen = keys - first;
+      const int64_t end = causal_block ? ctx + i + 1 : keys;
+      const int64_t seen = end - first;
       ops::softmax(scores.data() + first, static_cast<size_t>(seen));
-      head_out.noalias() = values_map.bottomRows(seen).transpose() * scores.tail(seen);
+      head_out.noalias() = values_map.middleRows(first, seen).transpose() * scores.segment(first, seen);
       std::memcpy(out->row(row0 + i) + q_column, head_out.data(), static_cast<size_t>(d) * sizeof(T));
     }
   }
@@ -59,10 +61,10 @@ void attend_kv_group(const AttentionGeometry& g, int kv_head, int64_t row0, int6
 template void attend_kv_group<float>(const AttentionGeometry&, int, int64_t, int64_t, const AlignedMatrix<float>&,
                                      const AlignedMatrix<float>&, const AlignedMatrix<float>&,
                                      const AlignedMatrix<float>&, const AlignedMatrix<float>&,
-                                     const std::vector<int64_t>&, int64_t, AlignedMatrix<float>*);
+                                     const std::vector<int64_t>&, int64_t, AlignedMatrix<float>*, bool);
 template void attend_kv_group<double>(const AttentionGeometry&, int, int64_t, int64_t, const AlignedMatrix<double>&,
                                       const AlignedMatrix<double>&, const AlignedMatrix<double>&,
                                       const AlignedMatrix<double>&, const AlignedMatrix<double>&,
-                                      const std::vector<int64_t>&, int64_t, AlignedMatrix<double>*);
+                                      const std::vector<int64_t>&, int64_t, AlignedMatrix<double>*, bool);
 
 }  // namespace dflash

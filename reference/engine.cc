@@ -212,7 +212,8 @@ class Engine final : public DrafterEngine {
       pool_.run(steps.size() * kv_heads, [&](size_t task) {
         const size_t b = task / kv_heads;
         attend_kv_group(geometry_, static_cast<int>(task % kv_heads), static_cast<int64_t>(b) * B, B, q, k, v, k_pool,
-                        v_pool, steps[b].window_slots, window_left, &attn);
+                        v_pool, steps[b].window_slots, window_left, &attn,
+                        policy_.dflash2_fault == Dflash2Fault::kCausalBlock);
       });
       round_stage_to_bf16(policy_, &attn, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
@@ -289,7 +290,7 @@ class Engine final : public DrafterEngine {
     projection.apply(*x, rows, coef, pool_);
     round_stage_to_bf16(policy_, coef, 0, rows);
     for (size_t b = 0; b < sequences; ++b)
-      grouped_conv_block(conv_geometry(), 0, base, *coef, *x, static_cast<int64_t>(b) * B, B, scratch);
+      grouped_conv_block(conv_geometry(), 0, base, *coef, *x, static_cast<int64_t>(b) * B, B, scratch, conv_wraps());
     round_stage_to_bf16(policy_, scratch, 0, rows);
     std::swap(*x, *scratch);
   }
@@ -298,9 +299,11 @@ class Engine final : public DrafterEngine {
   void conv_finish(const std::vector<T>& base, const AlignedMatrix<T>& coef, AlignedMatrix<T>* z,
                    AlignedMatrix<T>* scratch, size_t sequences, int64_t B) {
     for (size_t b = 0; b < sequences; ++b)
-      grouped_conv_block(conv_geometry(), 1, base, coef, *z, static_cast<int64_t>(b) * B, B, scratch);
+      grouped_conv_block(conv_geometry(), 1, base, coef, *z, static_cast<int64_t>(b) * B, B, scratch, conv_wraps());
     std::swap(*z, *scratch);
   }
+
+  bool conv_wraps() const { return policy_.dflash2_fault == Dflash2Fault::kConvWraps; }
 
   ConvGeometry conv_geometry() const {
     return {config_.dflash2.conv_kernel_size, config_.dflash2.conv_group_size, config_.hidden_size};
@@ -347,9 +350,10 @@ class Engine final : public DrafterEngine {
 
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
                                                    Precision precision, int64_t num_slots, int threads,
-                                                   Fp8Fault fp8_fault) {
+                                                   Fp8Fault fp8_fault, Dflash2Fault dflash2_fault) {
   StagePolicy policy = StagePolicy::for_precision(precision);
   policy.fp8_fault = fp8_fault;
+  policy.dflash2_fault = dflash2_fault;
   if (policy.use_double) return std::make_unique<Engine<double>>(config, weights, policy, num_slots, threads);
   return std::make_unique<Engine<float>>(config, weights, policy, num_slots, threads);
 }

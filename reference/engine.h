@@ -47,6 +47,7 @@ class DrafterEngine {
 // page size.
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
                                                    Precision precision, int64_t num_slots, int threads,
-                                                   Fp8Fault fp8_fault = Fp8Fault::kNone);
+                                                   Fp8Fault fp8_fault = Fp8Fault::kNone,
+                                                   Dflash2Fault dflash2_fault = Dflash2Fault::kNone);
 
 }  // namespace dflash

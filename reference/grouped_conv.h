@@ -19,8 +19,11 @@ struct ConvGeometry {
 
 // Rows [row0, row0 + block_width) of `out` from the same rows of `z` and `coef` ([rows, 2·k·ng]),
 // with base kernel `base` ([2, k, H] flat) on `side` (0 = prepare, 1 = finish). out must not alias z.
+// wraps (a planted fault, Dflash2Fault::kConvWraps): tap τ of row t < τ reads flat row
+// row0 + t - τ of z (modulo its rows) instead of nothing.
 template <typename T>
 void grouped_conv_block(const ConvGeometry& g, int side, const std::vector<T>& base, const AlignedMatrix<T>& coef,
-                        const AlignedMatrix<T>& z, int64_t row0, int64_t block_width, AlignedMatrix<T>* out);
+                        const AlignedMatrix<T>& z, int64_t row0, int64_t block_width, AlignedMatrix<T>* out,
+                        bool wraps = false);
 
 }  // namespace dflash

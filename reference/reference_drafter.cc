@@ -26,16 +26,18 @@ class ReferenceDrafter final : public PagedProposer {
       : PagedProposer(checked_config(config), settings.resolved(config)),
         weights_(checked_weights(config, std::move(weights))),
         fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
+        dflash2_fault_(checked_dflash2_fault(options.dflash2_fault, config_)),
         engine_(make_drafter_engine(config_, *weights_, settings_.precision,
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
-                                    options.threads, fp8_fault_)),
+                                    options.threads, fp8_fault_, dflash2_fault_)),
         fault_(options.fault) {
     poison_free_pool();
   }
 
   std::string name() const override {
     const std::string name = std::string("reference-") + precision_name(settings_.precision);
-    return fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
+    std::string planted = fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
+    return dflash2_fault_ == Dflash2Fault::kNone ? planted : planted + "+" + dflash2_fault_name(dflash2_fault_);
   }
 
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
@@ -88,6 +90,8 @@ class ReferenceDrafter final : public PagedProposer {
                                                 : "w4a16 emulation: e2m1 * e4m3 (exact in fp32) times the activations, fp32 "
                                                   "accumulation, weight_scale_2 once per output"},
         {"fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_)},
+        {"dflash2_fault",
+         dflash2_fault_ == Dflash2Fault::kNone ? "none" : std::string("PLANTED: ") + dflash2_fault_name(dflash2_fault_)},
         {"threads", std::to_string(engine_->threads())},
         {"simd_target", ops::dispatch_target_name()},
         {"gemm", "Eigen GEMV per activation row over fixed chunks of weight rows (batch- and thread-invariant)"},
@@ -181,7 +185,16 @@ class ReferenceDrafter final : public PagedProposer {
   }
 
   const std::shared_ptr<const DrafterWeights> weights_;
+  static Dflash2Fault checked_dflash2_fault(Dflash2Fault fault, const DrafterConfig& config) {
+    if (fault != Dflash2Fault::kNone && !config.dflash2.enabled) {
+      throw bad_input(std::string("reference drafter: the planted DFlash2 fault '") + dflash2_fault_name(fault) +
+                      "' needs a DFlash2 drafter");
+    }
+    return fault;
+  }
+
   const Fp8Fault fp8_fault_;
+  const Dflash2Fault dflash2_fault_;
   std::unique_ptr<DrafterEngine> engine_;
   const PlantedFault fault_;
   std::vector<AttentionSpan> spans_;

@@ -25,6 +25,9 @@ struct ReferenceOptions {
   // A planted fp8 GEMM bug (fp8 mode only; kBadInput in other modes): a negative control, never a
   // drafter to trust. The drafter's name and describe() say which.
   Fp8Fault fp8_fault = Fp8Fault::kNone;
+  // A planted DFlash2 bug (DFlash2 drafters only; kBadInput otherwise): a negative control. The
+  // drafter's name and describe() say which.
+  Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
 };
 
 // DFLASH_REF_THREADS when set (a positive integer; anything else is a bad_input naming the

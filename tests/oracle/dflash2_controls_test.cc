@@ -3,13 +3,17 @@
 // passing them (oracle_replay_test) is only evidence if these fail.
 //  - a window of W instead of W - 1 (the config's sliding_window raised by one): the first sliding
 //    attention, L0.attn;
-//  - the per-row argmax instead of the selector's walk: draft_tokens, named as "selector not applied".
+//  - the per-row argmax instead of the selector's walk: draft_tokens, named as "selector not applied";
+//  - a causal in-block mask (block row i sees block rows j <= i only): L0.attn;
+//  - a convolution that wraps across the block boundary (row t < τ reads flat row t - τ): the
+//    first prepare's output, L0.attn_conv_in.
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "compare/replay.h"
+#include "core/error.h"
 #include "fixtures/fixture.h"
 #include "reference/reference_drafter.h"
 #include "reference/reference_options.h"
@@ -40,10 +44,13 @@ class ArgmaxProposer final : public prop::ForwardingProposer {
   }
 };
 
-ReplayResult replay_on(const Fixture& fixture, const DrafterConfig& config, bool argmax) {
+ReplayResult replay_on(const Fixture& fixture, const DrafterConfig& config, bool argmax,
+                       Dflash2Fault fault = Dflash2Fault::kNone) {
   HeadSettings head = fixture.head;
   head.precision = Precision::kFp64;
-  std::unique_ptr<DraftProposer> drafter = make_reference_drafter(config, fixture.weights, head, ReferenceOptions{1});
+  ReferenceOptions options;
+  options.dflash2_fault = fault;
+  std::unique_ptr<DraftProposer> drafter = make_reference_drafter(config, fixture.weights, head, options);
   if (argmax) drafter = std::make_unique<ArgmaxProposer>(std::move(drafter));
   return replay_fixture(fixture, {{drafter.get(), Precision::kFp64, true}}, {});
 }
@@ -79,6 +86,42 @@ TEST(Dflash2Controls, ArgmaxInsteadOfTheWalkIsNamed) {
     ASSERT_TRUE(r.first_divergence.has_value()) << name;
     EXPECT_EQ(r.first_divergence->stage, "draft_tokens") << name;
     EXPECT_EQ(r.first_divergence->criterion, "selector-not-applied") << name << ": " << r.first_divergence->detail;
+  }
+}
+
+TEST(Dflash2Controls, CausalBlockMaskFailsAtTheFirstAttention) {
+  for (const char* name : kFixtures) {
+    Fixture fixture = read_fixture(fixture_dir(name));
+    fixture.load_weights();
+    const ReplayResult r = replay_on(fixture, fixture.config, false, Dflash2Fault::kCausalBlock);
+    ASSERT_FALSE(r.passed()) << name;
+    ASSERT_TRUE(r.first_divergence.has_value()) << name;
+    EXPECT_EQ(r.first_divergence->stage, "L0.attn") << name << ": " << r.first_divergence->detail;
+  }
+}
+
+TEST(Dflash2Controls, ConvWrappingAcrossTheBlockBoundaryFailsAtTheFirstPrepare) {
+  for (const char* name : kFixtures) {
+    Fixture fixture = read_fixture(fixture_dir(name));
+    fixture.load_weights();
+    const ReplayResult r = replay_on(fixture, fixture.config, false, Dflash2Fault::kConvWraps);
+    ASSERT_FALSE(r.passed()) << name;
+    ASSERT_TRUE(r.first_divergence.has_value()) << name;
+    EXPECT_EQ(r.first_divergence->stage, "L0.attn_conv_in") << name << ": " << r.first_divergence->detail;
+  }
+}
+
+TEST(Dflash2Controls, PlantedFaultsNeedADflash2Drafter) {
+  Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/tiny-gqa");
+  fixture.load_weights();
+  ReferenceOptions options;
+  options.dflash2_fault = Dflash2Fault::kConvWraps;
+  try {
+    make_reference_drafter(fixture.config, fixture.weights, fixture.head, options);
+    ADD_FAILURE() << "a plain DFlash drafter accepted a planted DFlash2 fault";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("conv-wraps"), std::string::npos) << e.what();
   }
 }
 
