@@ -38,6 +38,15 @@ __device__ __forceinline__ const __nv_bfloat16* key_row(const AttentionArgs& a, 
   return reinterpret_cast<const __nv_bfloat16*>(row) + static_cast<int64_t>(kv_head) * a.head_dim;
 }
 
+// The first key (index into window then block) that block row i sees: 0 in a full layer; in a
+// sliding layer the context position s + i - (W - 1), i.e. window_length - (W - 1) + i, clamped to
+// the window (block keys, at window_length and on, are always seen since B <= W).
+__device__ __forceinline__ int64_t first_visible_key(const AttentionArgs& a, int window_length, int64_t i) {
+  if (a.window_left < 0) return 0;
+  const int64_t first = static_cast<int64_t>(window_length) - a.window_left + i;
+  return first < 0 ? 0 : (first > window_length ? window_length : first);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
@@ -74,6 +83,8 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
   const int keys = static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
   const int half = d / 2;
   const int key_stride_words = half + 1;
+  // Keys before the first one block row 0 sees are seen by no row: staged as zeros, never read.
+  const int64_t first_read = first_visible_key(a, window_length, 0);
 
   extern __shared__ float smem[];
   uint32_t* k_words = reinterpret_cast<uint32_t*>(smem);                    // [64][half + 1]
@@ -93,8 +104,10 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
     const int pieces = d / 8;
     for (int idx = threadIdx.x; idx < keys * pieces; idx += kPartialThreads) {
       const int jj = idx / pieces, piece = idx % pieces;
-      const uint4 kv = *reinterpret_cast<const uint4*>(k_src[jj] + piece * 8);
-      const uint4 vv = *reinterpret_cast<const uint4*>(v_src[jj] + piece * 8);
+      const bool read = first_key + jj >= first_read;
+      const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+      const uint4 kv = read ? *reinterpret_cast<const uint4*>(k_src[jj] + piece * 8) : zero;
+      const uint4 vv = read ? *reinterpret_cast<const uint4*>(v_src[jj] + piece * 8) : zero;
       uint32_t* kd = k_words + jj * key_stride_words + piece * 4;  // rows padded by one word: 4-byte stores
       kd[0] = kv.x;
       kd[1] = kv.y;
@@ -105,8 +118,9 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
   } else {  // 4-byte pieces (d is even)
     for (int idx = threadIdx.x; idx < keys * half; idx += kPartialThreads) {
       const int jj = idx / half, w = idx % half;
-      k_words[jj * key_stride_words + w] = reinterpret_cast<const uint32_t*>(k_src[jj])[w];
-      reinterpret_cast<uint32_t*>(v_tile + jj * d)[w] = reinterpret_cast<const uint32_t*>(v_src[jj])[w];
+      const bool read = first_key + jj >= first_read;
+      k_words[jj * key_stride_words + w] = read ? reinterpret_cast<const uint32_t*>(k_src[jj])[w] : 0u;
+      reinterpret_cast<uint32_t*>(v_tile + jj * d)[w] = read ? reinterpret_cast<const uint32_t*>(v_src[jj])[w] : 0u;
     }
   }
   __syncthreads();
@@ -122,13 +136,16 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
     const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(a.q) + row * q_dim + static_cast<int64_t>(head) * d;
     for (int e = lane; e < d; e += 32) q_row[e] = __bfloat162float(q[e]);
     __syncwarp();
+    const int64_t first_seen = first_visible_key(a, window_length, i);
 
     float score[2];
+    bool seen[2];
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int jj = lane + 32 * s;
       score[s] = -INFINITY;
-      if (jj < keys) {
+      seen[s] = jj < keys && first_key + jj >= first_seen;
+      if (seen[s]) {
         const uint32_t* kr = k_words + jj * key_stride_words;
         // Four fixed partial sums (element index mod 4) shorten the dependency chain.
         float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -154,7 +171,9 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int jj = lane + 32 * s;
-      const float p = jj < keys ? expf(score[s] - m) : 0.0f;
+      // A row that sees no key of this chunk has m = -inf and p = 0 everywhere (the combine gives
+      // the chunk weight 0).
+      const float p = seen[s] ? expf(score[s] - m) : 0.0f;
       p_row[jj] = p;
       p_sum = __fadd_rn(p_sum, p);
     }
@@ -341,12 +360,13 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
     }
   }
   __syncthreads();
-  // Copies the rows of keys [0, keys) whose `in_window` matches (rows past `keys` are zero-filled
-  // with the window's pass: no garbage reaches 0·v).
+  // Copies the rows of keys [0, keys) whose `in_window` matches (rows past `keys`, and window rows
+  // that no block row sees, are zero-filled with the window's pass: no garbage reaches 0·v).
+  const int64_t first_read = first_visible_key(a, window_length, 0);
   auto copy_rows = [&](bool window_pass) {
     for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += kMmaThreads) {
       const int jj = idx / kPieces, piece = idx % kPieces;
-      const bool valid = jj < keys;
+      const bool valid = jj < keys && first_key + jj >= first_read;
       const bool in_window = first_key + jj < window_length;
       if (valid ? in_window != window_pass : !window_pass) continue;
       const __nv_bfloat16* ks = valid ? k_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.k_block);
@@ -391,15 +411,20 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
       }
     }
 
-    // Softmax statistics of rows g (elements 0, 1) and g + 8 (elements 2, 3) over the valid keys.
+    // Softmax statistics of rows g (elements 0, 1) and g + 8 (elements 2, 3) over the keys each
+    // row sees (a sliding layer's left edge moves with the block row r / group). A row that sees
+    // no key of this chunk keeps m = -inf, l = 0 and a zero partial: the combine weighs it 0.
+    const int64_t seen0 = first_visible_key(a, window_length, (tile * 16 + g) / group) - first_key;
+    const int64_t seen1 = first_visible_key(a, window_length, (tile * 16 + g + 8) / group) - first_key;
     float m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const bool valid = j * 8 + 2 * t + c < keys;
-        s[j][c] = valid ? __fmul_rn(s[j][c], a.scale) : -INFINITY;
-        s[j][c + 2] = valid ? __fmul_rn(s[j][c + 2], a.scale) : -INFINITY;
+        const int key = j * 8 + 2 * t + c;
+        const bool valid0 = key < keys && key >= seen0, valid1 = key < keys && key >= seen1;
+        s[j][c] = valid0 ? __fmul_rn(s[j][c], a.scale) : -INFINITY;
+        s[j][c + 2] = valid1 ? __fmul_rn(s[j][c + 2], a.scale) : -INFINITY;
         m0 = fmaxf(m0, s[j][c]);
         m1 = fmaxf(m1, s[j][c + 2]);
       }
@@ -412,9 +437,10 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const bool valid = j * 8 + 2 * t + c < keys;
-        s[j][c] = valid ? expf(s[j][c] - m0) : 0.0f;
-        s[j][c + 2] = valid ? expf(s[j][c + 2] - m1) : 0.0f;
+        const int key = j * 8 + 2 * t + c;
+        const bool valid0 = key < keys && key >= seen0, valid1 = key < keys && key >= seen1;
+        s[j][c] = valid0 ? expf(s[j][c] - m0) : 0.0f;
+        s[j][c + 2] = valid1 ? expf(s[j][c + 2] - m1) : 0.0f;
       }
     }
     // l: a fixed tree over the thread's 16 values of each row, then the quad's xor shuffles.
@@ -598,9 +624,10 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   float* scratch = scores + total_keys;
   const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(a.q) + row * a.num_heads * d + static_cast<int64_t>(head) * d;
+  const int64_t first = first_visible_key(a, window_length, row % a.block_width);  // keys before it: never read
 
   float local_max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < total_keys; j += blockDim.x) {
+  for (int64_t j = first + threadIdx.x; j < total_keys; j += blockDim.x) {
     const __nv_bfloat16* k = key_row(a, a.k_pool, a.k_block, b, j, window_length, kv_head);
     float dot = 0.0f;
     for (int e = 0; e < d; ++e) dot = __fadd_rn(dot, __fmul_rn(__bfloat162float(q[e]), __bfloat162float(k[e])));
@@ -609,7 +636,7 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   }
   const float m = block_reduce(local_max, true, scratch);
   float local_sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < total_keys; j += blockDim.x) {
+  for (int64_t j = first + threadIdx.x; j < total_keys; j += blockDim.x) {
     scores[j] = expf(scores[j] - m);
     local_sum = __fadd_rn(local_sum, scores[j]);
   }
@@ -617,7 +644,7 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + row * a.ld_out + static_cast<int64_t>(head) * d;
   for (int e = threadIdx.x; e < d; e += blockDim.x) {
     float o = 0.0f;
-    for (int64_t j = 0; j < total_keys; ++j) {
+    for (int64_t j = first; j < total_keys; ++j) {
       const __nv_bfloat16* v = key_row(a, a.v_pool, a.v_block, b, j, window_length, kv_head);
       o = __fadd_rn(o, __fmul_rn(scores[j], __bfloat162float(v[e])));
     }

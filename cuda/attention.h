@@ -1,6 +1,9 @@
 // Attention of one propose (docs/spec/drafter.md §3): each block row's query heads attend, without a mask,
 // to the sequence's cached context window (paged bf16 pool) followed by the B block rows (scratch),
-// GQA, scores scaled by d^-1/2, fp32 softmax, output stored bf16 [rows, nh·d].
+// GQA, scores scaled by d^-1/2, fp32 softmax, output stored bf16 [rows, nh·d]. A DFlash2 sliding,
+// non-causal layer (window_left = W - 1, docs/spec/dflash2.md §3.3) gives block row i a left edge:
+// it sees the context positions from s + i - (W - 1) on and every block row; context rows that no
+// block row sees are never read (zero-filled where a kernel stages them).
 //
 // Kernels, chosen in ONE place (choose_attention_kernel):
 //  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks on tensor cores (one CTA per chunk,
@@ -50,6 +53,7 @@ struct AttentionArgs {
   const int64_t* first_logical_page = nullptr;  // [batch] logical page of block_tables[b][0]
   int max_pages_per_seq = 0;
   int page_size = 0;
+  int window_left = -1;  // W - 1 for a sliding layer (the window ends at position s - 1); -1: full
   int batch = 0, block_width = 0;
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 0.0f;                  // d^-1/2

@@ -1,6 +1,8 @@
 // Paged attention (tuned d = 64/128/256, generic, simple) against a CPU loop in double: GQA, windows
 // of 1 to several chunks starting mid-page, shuffled physical pages, block rows attending to each
-// other, guard bands around the output.
+// other, guard bands around the output; DFlash2 sliding layers (window_left = W - 1): block row i
+// sees the context keys from position s + i - (W - 1) on, and the pool rows no block row sees are
+// NaN, so a kernel that reads one fails (and with W in place of W - 1 must fail: the negative control).
 //
 // Error bound per output element (derivation): each score is a d-term fp32 dot product of bf16
 // values, off by at most δs = (d + 2)·2^-23·scale·Σ|q·k|; a softmax weight's relative error is then
@@ -46,7 +48,13 @@ struct Case {
   int width = 5;       // block width B
   std::vector<int32_t> window_length = {1, 64, 150};  // per sequence (the batch is their count)
   std::vector<int64_t> window_begin = {0, 37, 1000};
+  int window_left = -1;  // W - 1 of a sliding layer; -1: full attention
 };
+
+// The first key (window index) block row i sees: as cuda/attention.h states the rule.
+int64_t first_seen(int window_left, int64_t len, int64_t i) {
+  return window_left < 0 ? 0 : std::clamp<int64_t>(len - window_left + i, 0, len);
+}
 
 std::vector<uint16_t> random_bits(size_t count, uint64_t seed, float range) {
   std::vector<uint16_t> bits(count);
@@ -92,8 +100,19 @@ void run_case(const Case& c) {
     }
   }
   const int64_t slots = static_cast<int64_t>(num_pages) * page;
-  const std::vector<uint16_t> k_pool = random_bits(static_cast<size_t>(slots * kv_dim), 1, 1.0f);
-  const std::vector<uint16_t> v_pool = random_bits(static_cast<size_t>(slots * kv_dim), 2, 1.0f);
+  std::vector<uint16_t> k_pool = random_bits(static_cast<size_t>(slots * kv_dim), 1, 1.0f);
+  std::vector<uint16_t> v_pool = random_bits(static_cast<size_t>(slots * kv_dim), 2, 1.0f);
+  int poisoned = 0;  // sliding: the window's rows before row 0's left edge are NaN (no row may read them)
+  for (int b = 0; b < batch; ++b) {
+    const int64_t begin = window_begin[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < first_seen(c.window_left, window_length[static_cast<size_t>(b)], 0); ++j, ++poisoned) {
+      const int64_t pos = begin + j;
+      const int32_t phys = tables[static_cast<size_t>(b * max_pages + (pos / page - first_page[static_cast<size_t>(b)]))];
+      const int64_t slot = static_cast<int64_t>(phys) * page + pos % page;
+      std::fill_n(k_pool.begin() + slot * kv_dim, kv_dim, uint16_t{0x7fc0});
+      std::fill_n(v_pool.begin() + slot * kv_dim, kv_dim, uint16_t{0x7fc0});
+    }
+  }
   const int64_t rows = static_cast<int64_t>(batch) * width;
   const std::vector<uint16_t> q = random_bits(static_cast<size_t>(rows * q_dim), 3, 2.0f);
   const std::vector<uint16_t> k_block = random_bits(static_cast<size_t>(rows * kv_dim), 4, 1.0f);
@@ -125,6 +144,7 @@ void run_case(const Case& c) {
   a.first_logical_page = dfirst.get();
   a.max_pages_per_seq = max_pages;
   a.page_size = page;
+  a.window_left = c.window_left;
   a.batch = batch;
   a.block_width = width;
   a.num_heads = nh;
@@ -152,6 +172,17 @@ void run_case(const Case& c) {
   };
   const std::vector<uint16_t> out = run_kernel(choice);
   ASSERT_FALSE(testing::Test::HasFailure());
+  if (poisoned > 0) {
+    // Negative control: a window of W instead of W - 1 gives row 0 one poisoned key more.
+    a.window_left = c.window_left + 1;
+    const std::vector<uint16_t> wide = run_kernel(choice);
+    a.window_left = c.window_left;
+    int nan_rows = 0;
+    for (int64_t row = 0; row < rows; ++row) nan_rows += std::isnan(bf16_bits_to_float(wide[static_cast<size_t>(row * ld_out)])) ? 1 : 0;
+    EXPECT_GT(nan_rows, 0) << choice.name() << ": a window one key wider read no poisoned row";
+    std::printf("[attention] %s window W instead of W-1: %d block rows read a poisoned key\n", choice.name().c_str(),
+                nan_rows);
+  }
   if (choice.kernel == AttentionKernel::kTuned) {
     // The P·V passes shared by 2 or 4 CTAs per chunk: every output element comes from the same
     // instructions, so the same bits, guard bands included (checked before the bound).
@@ -189,7 +220,8 @@ void run_case(const Case& c) {
         std::vector<int64_t> key_base(static_cast<size_t>(total));
         std::vector<const std::vector<uint16_t>*> k_src(static_cast<size_t>(total)), v_src(static_cast<size_t>(total));
         double max_score = -INFINITY, max_mag = 0;
-        for (int64_t j = 0; j < total; ++j) {
+        const int64_t first = first_seen(c.window_left, len, i);  // keys before it: weight 0
+        for (int64_t j = first; j < total; ++j) {
           if (j < len) {
             const int64_t pos = window_begin[static_cast<size_t>(b)] + j;
             const int32_t phys = tables[static_cast<size_t>(b * max_pages + (pos / page - first_page[static_cast<size_t>(b)]))];
@@ -212,11 +244,11 @@ void run_case(const Case& c) {
           max_mag = std::max(max_mag, mag * a.scale);
         }
         double sum = 0;
-        for (double& s : score) sum += (s = std::exp(s - max_score));
+        for (int64_t j = first; j < total; ++j) sum += (score[static_cast<size_t>(j)] = std::exp(score[static_cast<size_t>(j)] - max_score));
         const double delta_s = (d + 2) * 0x1p-23 * max_mag;
         for (int e = 0; e < d; ++e) {
           double o = 0, vmax = 0;
-          for (int64_t j = 0; j < total; ++j) {
+          for (int64_t j = first; j < total; ++j) {
             const double v = value(*v_src[static_cast<size_t>(j)], key_base[static_cast<size_t>(j)] + e);
             o += score[static_cast<size_t>(j)] * v;
             vmax = std::max(vmax, std::fabs(v));
@@ -233,7 +265,8 @@ void run_case(const Case& c) {
     }
   }
   for (int64_t g = 0; g < ld_out; ++g) ASSERT_EQ(out[static_cast<size_t>(rows * ld_out + g)], sentinel) << "guard row written";
-  std::printf("[attention] %-10s d=%3d nh=%d nkv=%d: max error/bound %.3g\n", choice.name().c_str(), d, nh, nkv, worst);
+  std::printf("[attention] %-10s d=%3d nh=%d nkv=%d window_left %d: max error/bound %.3g\n", choice.name().c_str(), d, nh,
+              nkv, c.window_left, worst);
 }
 
 TEST(AttentionGpu, TunedKernelsForEveryBuiltHeadDim) {
@@ -267,6 +300,21 @@ TEST(AttentionGpu, GenericAndSimpleKernels) {
   run_case({128, 8, 2, "generic"});
   run_case({64, 8, 8, "simple"});
   run_case({32, 4, 1, "simple"});
+}
+
+// DFlash2 sliding, non-causal layers (docs/spec/dflash2.md §3.3) in every kernel: W 8 with B 5 and
+// B 8 = W (the last block row sees no context), and W 100 over windows of 1, 64, 150 and 300 keys
+// (row 0's left edge inside a chunk, rows' edges across a chunk boundary, windows shorter than W).
+TEST(AttentionGpu, SlidingWindowInEveryKernel) {
+  DFLASH_REQUIRE_GPU();
+  for (const std::string kernel : {"tuned", "generic", "simple"}) {
+    for (int d : {64, 128}) {
+      run_case({d, 8, 2, kernel, 5, {1, 64, 150}, {0, 37, 1000}, 7});
+      run_case({d, 8, 2, kernel, 8, {1, 64, 150}, {0, 37, 1000}, 7});
+      run_case({d, 8, 2, kernel, 8, {300, 64, 150}, {5, 37, 1000}, 99});
+    }
+  }
+  run_case({16, 6, 2, "auto", 8, {40, 58, 3}, {0, 0, 9}, 15});  // d2-tiny's head_dim and window (generic)
 }
 
 }  // namespace
