@@ -38,4 +38,17 @@ struct TokenCheck {
 TokenCheck compare_draft_tokens(const std::vector<int32_t>& expected, const std::vector<int32_t>& actual,
                                 const Tensor& margin_logits, double rms_bound);
 
+// DFlash2 (docs/spec/dflash2.md §5): the draft tokens are the selector's greedy walk, so a row's
+// tokens may also differ by a tie of the walk. A mismatched row t is excused when both tokens are
+// candidates of the expected row (topk_ids [n, K]) and their expected walk scores (walk_scores
+// [n, K], read at the expected walk's own predecessor) sit within 2 · walk_rms_bound · RMS(walk row)
+// of each other, or when the actual token is not an expected candidate but its logit (margin_logits,
+// as compare_draft_tokens) is within the row's tie threshold of the expected row's lowest candidate
+// (a tie at the top-k boundary that the walk then took). From there on the two walks follow
+// different predecessors: a later mismatched row is excused when its actual token is one of the
+// expected row's candidates (a token outside them stays a mismatch); its numbers are still compared
+// teacher-forced (compare/selector_alignment.h).
+void excuse_walk_ties(TokenCheck* check, const Tensor& topk_ids, const Tensor& walk_scores, const Tensor& margin_logits,
+                      double walk_rms_bound);
+
 }  // namespace dflash

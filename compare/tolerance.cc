@@ -63,12 +63,14 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
   for (int l = 0; l < config.num_layers; ++l) {
     const StagePath attn_norm_out = h + rms_norm(H) + kBoundary;
     paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm_out;
-    // DFlash2 prepare (docs/spec/dflash2.md §3.1): kernel_projection (bf16 in fp8 mode), then k
-    // taps of (base + coefficient) · x summed; q/k/v read its output.
+    // DFlash2 prepare (docs/spec/dflash2.md §3.1): kernel_projection (bf16 in fp8 mode), stored
+    // as bf16 by both drafters, then k taps of (base + coefficient) · x summed, stored as bf16
+    // (q/k/v, or gate/up, read it); finish is the same sum, kept fp32.
     const int64_t taps = config.dflash2.conv_kernel_size;
     const StagePath conv_own = {2 * static_cast<int>(taps) + 1, 0, taps, 0, 0.0};
-    const StagePath attn_coef = attn_norm_out + gemm(H);
-    const StagePath attn_norm = config.dflash2.enabled ? attn_coef + conv_own : attn_norm_out;
+    const StagePath prepare_own = conv_own + kBoundary;
+    const StagePath attn_coef = attn_norm_out + gemm(H) + kBoundary;
+    const StagePath attn_norm = config.dflash2.enabled ? attn_coef + prepare_own : attn_norm_out;
     if (config.dflash2.enabled) {
       paths[stage_name(StageKind::kAttnConvCoef, l)] = attn_coef;
       paths[stage_name(StageKind::kAttnConvIn, l)] = attn_norm;
@@ -93,8 +95,8 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath h_mid = longest(h, o_proj) + kElementwise;  // residual add
     const StagePath mlp_norm_out = h_mid + rms_norm(H) + kBoundary;
     paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm_out;
-    const StagePath mlp_coef = mlp_norm_out + gemm(H);
-    const StagePath mlp_norm = config.dflash2.enabled ? mlp_coef + conv_own : mlp_norm_out;
+    const StagePath mlp_coef = mlp_norm_out + gemm(H) + kBoundary;
+    const StagePath mlp_norm = config.dflash2.enabled ? mlp_coef + prepare_own : mlp_norm_out;
     if (config.dflash2.enabled) {
       paths[stage_name(StageKind::kMlpConvCoef, l)] = mlp_coef;
       paths[stage_name(StageKind::kMlpConvIn, l)] = mlp_norm;

@@ -57,5 +57,29 @@ TEST(Tokens, OutOfVocabularyOrNonFiniteIsAMismatch) {
   EXPECT_EQ(compare_draft_tokens({0, 0, 1}, {1, 0, 1}, logits, 1.0).mismatch, 1);
 }
 
+// DFlash2 walk ties (excuse_walk_ties): 3 mask rows, K = 2, V = 4. The expected walk drafts
+// 1, 2, 0; the actual drafts 2 at row 0 (walk scores 5.0 vs 4.9: a tie at bound 0.02), then at row
+// 1 another candidate (excused: the walks now follow different predecessors), and at row 2 a
+// token that is no candidate and far below them (never excused).
+TEST(WalkTies, ExcusedOnlyWithinTheWalkScoresBoundOrAsItsConsequence) {
+  const Tensor logits({3, 4}, {0.0f, 3.0f, 2.9f, 0.5f, 0.0f, 1.0f, 2.0f, 0.3f, 4.0f, 3.9f, 0.1f, -3.0f});
+  const Tensor ids({3, 2}, {1, 2, 2, 1, 0, 1});
+  const Tensor walk({3, 2}, {5.0f, 4.9f, 3.0f, 1.0f, 2.0f, 1.9f});
+  const std::vector<int32_t> expected = {1, 2, 0}, actual = {2, 1, 3};
+  TokenCheck check = compare_draft_tokens(expected, actual, logits, 1e-3);
+  ASSERT_EQ(check.mismatch, 3);
+  excuse_walk_ties(&check, ids, walk, logits, 0.02);
+  EXPECT_EQ(check.rows[0].verdict, TokenVerdict::kTieExcused);
+  EXPECT_EQ(check.rows[1].verdict, TokenVerdict::kTieExcused);
+  EXPECT_EQ(check.rows[2].verdict, TokenVerdict::kMismatch);
+  EXPECT_EQ(check.mismatch, 1);
+  EXPECT_EQ(check.excused, 2);
+  // Negative control: the same first difference at a bound 10 times tighter is a mismatch, and so
+  // is every later row (no tie opened the walks' divergence).
+  TokenCheck tight = compare_draft_tokens(expected, actual, logits, 1e-3);
+  excuse_walk_ties(&tight, ids, walk, logits, 0.002);
+  EXPECT_EQ(tight.mismatch, 3);
+}
+
 }  // namespace
 }  // namespace dflash
