@@ -40,9 +40,9 @@ void require_device(int device) {
 }
 
 void check_geometry(const DrafterConfig& c) {
-  if (c.dflash2.enabled) {
-    throw bad_input("config: a DFlash2 drafter (DFlash2DraftModel: convolutions, sliding layers, candidate "
-                    "selector); the CUDA drafter does not implement DFlash2 yet, use the CPU reference");
+  if (c.dflash2.enabled && c.dflash2.selector_top_k > kSelectorMaxTopK) {
+    throw bad_input("config: dflash_config.selector_top_k " + std::to_string(c.dflash2.selector_top_k) +
+                    " is more than the CUDA drafter's selector serves (" + std::to_string(kSelectorMaxTopK) + ")");
   }
   if (c.num_heads < 1 || c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0) {
     throw bad_input("config: num_attention_heads " + std::to_string(c.num_heads) +
@@ -119,6 +119,8 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   prepare_gemm_fallback_kernels();
   prepare_attention_kernels();
   prepare_row_kernels();
+  prepare_grouped_conv_kernels();
+  prepare_selector_kernels();
 
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
@@ -206,6 +208,18 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     argmax_index_.allocate(n(draft_rows * argmax_blocks(vocab)));
   }
   tokens_.allocate(n(draft_rows));
+  if (config_.dflash2.enabled) {
+    const int64_t top_k = config_.dflash2.selector_top_k;
+    conv_coef_.allocate(n(rows * config_.conv_coef_dim()));
+    conv_out_.allocate(n(rows * h));
+    hidden_proj_.allocate(n(draft_rows * config_.dflash2.selector_rank));
+    topk_ids_.allocate(n(draft_rows * top_k));
+    topk_values_.allocate(n(draft_rows * top_k));
+    unary_.allocate(n(draft_rows * top_k));
+    edge_scores_.allocate(n(draft_rows * top_k * top_k));
+    walk_scores_.allocate(n(draft_rows * top_k));
+    walk_index_.allocate(n(draft_rows));
+  }
   const int64_t partial = attention_partial_floats(settings_.max_batch, config_.num_heads, max_width_, max_chunks_,
                                                    config_.head_dim);
   if (plan_.attention.kernel != AttentionKernel::kSimple) {
@@ -244,6 +258,9 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   int64_t raw = kContextChunkRows * std::max(h, 2 * kv_dim);
   if (plan_.block_gemm == GemmKernel::kCublasLt || plan_.block_gemm == GemmKernel::kSimple) {
     raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
+    if (config_.dflash2.enabled) {
+      raw = std::max({raw, rows * int64_t{config_.conv_coef_dim()}, draft_rows * config_.dflash2.selector_rank});
+    }
   }
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
@@ -286,6 +303,19 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                                 "attn_norm, attention output, mlp_norm, silu(gate)*up, final_norm; fp32 residual "
                                 "stream, GEMM outputs and logits");
   d.emplace_back("context_input", "bf16 (F32 context rows are rounded to nearest even)");
+  if (config_.dflash2.enabled) {
+    const Dflash2Config& d2 = config_.dflash2;
+    std::string layers;
+    for (bool sliding : d2.sliding) layers += sliding ? 'S' : 'F';
+    d.emplace_back("dflash2",
+                   "grouped convolutions (k " + std::to_string(d2.conv_kernel_size) + ", G " +
+                       std::to_string(d2.conv_group_size) +
+                       "; kernel_projection bf16, coefficients stored bf16, conv_prepare/conv_finish kernels per "
+                       "(sequence, channel)); layers " + layers + " (S sliding, W " + std::to_string(d2.sliding_window) +
+                       ": per-row left edge in the attention kernel); selector top-" + std::to_string(d2.selector_top_k) +
+                       " (one CTA per mask row), hidden_projection bf16, edge scores and greedy walk (one CTA per "
+                       "sequence); the walk's tokens are the draft tokens");
+  }
   for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
                                                  std::to_string(options_.warmup) +

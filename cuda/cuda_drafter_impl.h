@@ -24,9 +24,11 @@
 #include "core/proposer.h"
 #include "core/rope.h"
 #include "core/weights.h"
+#include "cuda/candidate_selector.h"
 #include "cuda/cuda_drafter.h"
 #include "cuda/device_buffer.h"
 #include "cuda/device_weights.h"
+#include "cuda/grouped_conv.h"
 #include "cuda/kernel_plan.h"
 
 namespace dflash {
@@ -90,6 +92,10 @@ class CudaDrafter final : public PagedProposer {
   GemmEpilogue residual_epilogue(float* tap_out) const;
   GemmEpilogue gate_up_epilogue() const;
   GemmEpilogue lm_head_epilogue() const;
+  static GemmEpilogue plain_epilogue(float* out, int64_t ld_out);  // out = v (DFlash2's o and down, before finish)
+  // DFlash2: the layer's grouped convolution (docs/spec/dflash2.md §3.1) and the selector's arguments.
+  GroupedConvArgs conv_args(const DeviceBuffer<float>& base, int batch, int block_width) const;
+  SelectorArgs selector_args(int batch, int block_width) const;
 
   std::shared_ptr<const DrafterWeights> host_weights_;
   CudaOptions options_;
@@ -121,6 +127,10 @@ class CudaDrafter final : public PagedProposer {
       attn_max_sum_;
   DeviceBuffer<uint16_t> x_, y_, q_, k_block_, v_block_, attn_, act_, hf_, hf_draft_;
   DeviceBuffer<int32_t> argmax_index_, tokens_;
+  // DFlash2 only: the kernel_projection outputs (prepare to finish), the convolution's output (taps
+  // only), and the selector's buffers (cuda/candidate_selector.h).
+  DeviceBuffer<float> conv_coef_, conv_out_, hidden_proj_, topk_values_, unary_, edge_scores_, walk_scores_;
+  DeviceBuffer<int32_t> topk_ids_, walk_index_;
   // Per-step inputs of the block forward (device, and pinned staging for the upload).
   DeviceBuffer<int32_t> d_anchors_, d_window_length_, d_block_tables_;
   DeviceBuffer<int64_t> d_positions_, d_window_begin_, d_first_page_;

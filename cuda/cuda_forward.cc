@@ -26,22 +26,40 @@ struct CudaDrafter::TapSink {
   int batch = 0, block_width = 0;
   std::vector<std::vector<Tap>> per_sequence;
 
-  // rows_per_seq rows of each sequence, [batch·rows_per_seq, ld] on the device.
-  void capture(const std::string& name, const void* device, bool bf16, int64_t rows_per_seq, int64_t cols, int64_t ld) {
+  // How a tapped buffer holds its values.
+  enum class Storage {
+    kF32,
+    kBf16,
+    kF32ReadAsBf16,  // fp32 that every reader rounds to bf16 first (the conv coefficients)
+    kI32,            // exact integers (the top-k ids)
+  };
+
+  // rows_per_seq rows of each sequence, [batch·rows_per_seq, ld] on the device; the tap's shape is
+  // [rows_per_seq, cols], or `shape` when given (same element count).
+  void capture(const std::string& name, const void* device, Storage storage, int64_t rows_per_seq, int64_t cols,
+               int64_t ld, std::vector<int64_t> shape = {}) {
     DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
     const int64_t rows = batch * rows_per_seq;
     std::vector<float> values(static_cast<size_t>(rows * ld));
-    if (bf16) {
+    if (storage == Storage::kBf16) {
       std::vector<uint16_t> bits(values.size());
       DFLASH_CUDA_CHECK(cudaMemcpy(bits.data(), device, bits.size() * 2, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_bits_to_float(bits[i]);
+    } else if (storage == Storage::kI32) {
+      std::vector<int32_t> ints(values.size());
+      DFLASH_CUDA_CHECK(cudaMemcpy(ints.data(), device, ints.size() * 4, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < ints.size(); ++i) values[i] = static_cast<float>(ints[i]);
     } else {
       DFLASH_CUDA_CHECK(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
+      if (storage == Storage::kF32ReadAsBf16) {
+        for (float& v : values) v = bf16_bits_to_float(float_to_bf16_bits(v));
+      }
     }
+    if (shape.empty()) shape = {rows_per_seq, cols};
     for (int b = 0; b < batch; ++b) {
-      Tensor t = Tensor::zeros({rows_per_seq, cols});
+      Tensor t = Tensor::zeros(shape);
       for (int64_t r = 0; r < rows_per_seq; ++r) {
-        std::copy_n(values.data() + (b * rows_per_seq + r) * ld, cols, t.row(r));
+        std::copy_n(values.data() + (b * rows_per_seq + r) * ld, cols, t.values.data() + r * cols);
       }
       per_sequence[static_cast<size_t>(b)].push_back({name, std::move(t)});
     }
@@ -131,7 +149,11 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
                                                         out.draft_tokens.data(), h_tokens_.get() + row0, width - 1, vocab);
     out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
     const float* first = h_logits_.get() + row0 * vocab;
-    out.taps.push_back({stage_name(StageKind::kLogits), Tensor({width - 1, vocab}, std::vector<float>(first, first + (width - 1) * vocab))});
+    // In forward order: right after final_norm (DFlash2's selector taps follow the logits).
+    const auto final_norm = std::find_if(out.taps.begin(), out.taps.end(),
+                                         [](const Tap& t) { return t.name == stage_name(StageKind::kFinalNorm); });
+    out.taps.insert(final_norm == out.taps.end() ? final_norm : final_norm + 1,
+                    {stage_name(StageKind::kLogits), Tensor({width - 1, vocab}, std::vector<float>(first, first + (width - 1) * vocab))});
   }
   return outputs;
 }
@@ -317,6 +339,51 @@ GemmEpilogue CudaDrafter::residual_epilogue(float* tap_out) const {
   return e;
 }
 
+GemmEpilogue CudaDrafter::plain_epilogue(float* out, int64_t ld_out) {
+  GemmEpilogue e;
+  e.out = out;
+  e.ld_out = ld_out;
+  return e;
+}
+
+GroupedConvArgs CudaDrafter::conv_args(const DeviceBuffer<float>& base, int batch, int block_width) const {
+  GroupedConvArgs conv;
+  conv.taps = config_.dflash2.conv_kernel_size;
+  conv.group_size = config_.dflash2.conv_group_size;
+  conv.channels = config_.hidden_size;
+  conv.block_width = block_width;
+  conv.batch = batch;
+  conv.base = base.get();
+  conv.coef = conv_coef_.get();
+  conv.ld_coef = config_.conv_coef_dim();
+  return conv;
+}
+
+SelectorArgs CudaDrafter::selector_args(int batch, int block_width) const {
+  const Dflash2Config& d2 = config_.dflash2;
+  SelectorArgs s;
+  s.batch = batch;
+  s.slots = block_width - 1;
+  s.vocab = config_.vocab_size;
+  s.top_k = d2.selector_top_k;
+  s.rank = d2.selector_rank;
+  s.output_multiplier = static_cast<float>(d2.output_multiplier);
+  s.softcap = static_cast<float>(d2.final_logit_softcapping);
+  s.logits = logits_.get();
+  s.hidden_proj = hidden_proj_.get();
+  s.predecessor = weights_.selector.predecessor.get();
+  s.successor = weights_.selector.successor.get();
+  s.anchors = d_anchors_.get();
+  s.topk_ids = topk_ids_.get();
+  s.topk_values = topk_values_.get();
+  s.unary = unary_.get();
+  s.edge_scores = edge_scores_.get();
+  s.walk_scores = walk_scores_.get();
+  s.walk_index = walk_index_.get();
+  s.tokens = tokens_.get();
+  return s;
+}
+
 GemmEpilogue CudaDrafter::gate_up_epilogue() const {
   GemmEpilogue gate_up;
   if (plan_.swiglu_fused) {  // act = silu(gate) · up
@@ -355,9 +422,38 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   auto launch = [&](const char* kernel_class, std::function<void()> enqueue) {
     launches.push_back({kernel_class, std::move(enqueue)});
   };
-  // A tap: rows_per_seq = width rows of each sequence, read once the stream has reached it.
+  // A tap: rows_per_seq = width rows of each sequence (the selector's: width - 1), read once the
+  // stream has reached it.
+  using Storage = TapSink::Storage;
+  auto tap_as = [&](const std::string& name, const void* device, Storage storage, int64_t rows_per_seq, int64_t cols,
+                    int64_t ld, std::vector<int64_t> shape = {}) {
+    if (taps) launch(nullptr, [=] { taps->capture(name, device, storage, rows_per_seq, cols, ld, shape); });
+  };
   auto tap = [&](const std::string& name, const void* device, bool bf16, int64_t cols, int64_t ld) {
-    if (taps) launch(nullptr, [=] { taps->capture(name, device, bf16, width, cols, ld); });
+    tap_as(name, device, bf16 ? Storage::kBf16 : Storage::kF32, width, cols, ld);
+  };
+  const bool d2 = config_.dflash2.enabled;
+  const int64_t coef_dim = d2 ? config_.conv_coef_dim() : 0;
+  // DFlash2: coefficients of the sublayer input `in` (kernel_projection, bf16 weights in every mode),
+  // then in = conv.prepare(in), in place (docs/spec/dflash2.md §3.1-3.2).
+  auto conv_prepare = [&](const DeviceLinear& projection, const DeviceBuffer<float>& base, uint16_t* in,
+                          StageKind coef_stage, StageKind in_stage, int layer) {
+    GemmEpilogue coef;
+    coef.out = conv_coef_.get();
+    coef.ld_out = coef_dim;
+    const DeviceMatrixView w = projection.view();
+    launch("conv_coef", [=] { enqueue_gemm(pdl, kernel, in, ld_hidden_, rows, w, coef); });
+    tap_as(stage_name(coef_stage, layer), conv_coef_.get(), Storage::kF32ReadAsBf16, width, coef_dim, coef_dim);
+    const GroupedConvArgs conv = conv_args(base, batch, width);
+    launch("conv", [=] { launch_conv_prepare(conv, in, ld_hidden_, stream_, pdl); });
+    tap(stage_name(in_stage, layer), in, true, h, ld_hidden_);
+  };
+  // DFlash2: h += conv.finish(z) with the coefficients prepare computed.
+  auto conv_finish = [&](const DeviceBuffer<float>& base, const float* z, StageKind out_stage, int layer) {
+    const GroupedConvArgs conv = conv_args(base, batch, width);
+    float* conv_tap = taps ? conv_out_.get() : nullptr;
+    launch("conv", [=] { launch_conv_finish(conv, z, h, h_.get(), conv_tap, stream_, pdl); });
+    tap(stage_name(out_stage, layer), conv_out_.get(), false, h, h);
   };
 
   for (int l = 0; l < config_.num_layers; ++l) {
@@ -368,6 +464,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
       embed.embed_tokens = weights_.embed.get();
       embed.anchors = d_anchors_.get();
       embed.mask_token_id = config_.mask_token_id;
+      embed.scale = d2 ? static_cast<float>(config_.dflash2.input_embedding_scale) : 1.0f;
       embed.h = h_.get();
       launch("embed", [=] { launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_); });
       tap(stage_name(StageKind::kEmbed), h_.get(), false, h, h);
@@ -375,6 +472,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
       launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl); });
     }
     tap(stage_name(StageKind::kAttnNorm, l), x_.get(), true, h, ld_hidden_);
+    if (d2) conv_prepare(layer.attn_conv_proj, layer.attn_conv_base, x_.get(), StageKind::kAttnConvCoef, StageKind::kAttnConvIn, l);
 
     const DeviceMatrixView qkv = layer.qkv.view();
     launch("qkv", [=] { enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, qkv, qkv_epilogue()); });
@@ -417,6 +515,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     att.first_logical_page = d_first_page_.get();
     att.max_pages_per_seq = max_pages_per_seq_;
     att.page_size = settings_.kv_page_size;
+    att.window_left = d2 && config_.dflash2.sliding[static_cast<size_t>(l)] ? config_.dflash2.sliding_window - 1 : -1;
     att.batch = batch;
     att.block_width = width;
     att.num_heads = config_.num_heads;
@@ -433,14 +532,18 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     launch("combine", [=] { launch_attention_combine(plan_.attention, att, stream_, pdl); });
     tap(stage_name(StageKind::kAttn, l), attn_.get(), true, q_dim, ld_q_);
 
+    // DFlash2: o_proj's output goes through attention_conv.finish before the residual add.
     const DeviceMatrixView o = layer.o.view();
     float* o_tap = taps ? o_out_.get() : nullptr;
-    launch("o", [=] { enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, o, residual_epilogue(o_tap)); });
+    const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
+    launch("o", [=] { enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, o, o_epilogue); });
     tap(stage_name(StageKind::kOProj, l), o_out_.get(), false, h, h);
+    if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), StageKind::kAttnConvOut, l);
 
     const RmsNormArgs post_norm = rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows);
     launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, post_norm, stream_, pdl); });
     tap(stage_name(StageKind::kMlpNorm, l), y_.get(), true, h, ld_hidden_);
+    if (d2) conv_prepare(layer.mlp_conv_proj, layer.mlp_conv_base, y_.get(), StageKind::kMlpConvCoef, StageKind::kMlpConvIn, l);
 
     const DeviceMatrixView gate_up = layer.gate_up.view();
     launch("gate_up", [=] { enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, gate_up, gate_up_epilogue()); });
@@ -450,8 +553,10 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
 
     const DeviceMatrixView down = layer.down.view();
     float* mlp_tap = taps ? mlp_out_.get() : nullptr;
-    launch("down", [=] { enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, down, residual_epilogue(mlp_tap)); });
+    const GemmEpilogue down_epilogue = d2 ? plain_epilogue(mlp_out_.get(), h) : residual_epilogue(mlp_tap);
+    launch("down", [=] { enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, down, down_epilogue); });
     tap(stage_name(StageKind::kMlp, l), mlp_out_.get(), false, h, h);
+    if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), StageKind::kMlpConvOut, l);
     tap(stage_name(StageKind::kOut, l), h_.get(), false, h, h);
   }
 
@@ -471,7 +576,25 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     launch("lm_head",
            [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
   }
-  if (plan_.argmax_fused) {
+  if (d2) {
+    // The candidate selector's walk gives the draft tokens (docs/spec/dflash2.md §3.4).
+    const int64_t n = width - 1, top_k = config_.dflash2.selector_top_k, rank = config_.dflash2.selector_rank;
+    GemmEpilogue projected;
+    projected.out = hidden_proj_.get();
+    projected.ld_out = rank;
+    const DeviceMatrixView hidden = weights_.selector.hidden_projection.view();
+    launch("hidden_proj", [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, hidden, projected); });
+    const SelectorArgs selector = selector_args(batch, width);
+    launch("selector_topk", [=] { launch_selector_topk(selector, stream_, pdl); });
+    launch("selector_walk", [=] { launch_selector_walk(selector, stream_, pdl); });
+    tap_as(stage_name(StageKind::kSelTopkIds), topk_ids_.get(), Storage::kI32, n, top_k, top_k);
+    tap_as(stage_name(StageKind::kSelTopkValues), topk_values_.get(), Storage::kF32, n, top_k, top_k);
+    tap_as(stage_name(StageKind::kSelUnary), unary_.get(), Storage::kF32, n, top_k, top_k);
+    tap_as(stage_name(StageKind::kSelHiddenProj), hidden_proj_.get(), Storage::kF32, n, rank, rank);
+    tap_as(stage_name(StageKind::kSelEdgeScores), edge_scores_.get(), Storage::kF32, n, top_k * top_k, top_k * top_k,
+           {n, top_k, top_k});
+    tap_as(stage_name(StageKind::kSelWalkScores), walk_scores_.get(), Storage::kF32, n, top_k, top_k);
+  } else if (plan_.argmax_fused) {
     launch("argmax", [=] {
       launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(),
                            stream_, pdl);

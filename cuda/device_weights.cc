@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -161,6 +162,16 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
     layer.post_norm = upload_norm(lw.post_attention_layernorm, p + "post_attention_layernorm.weight");
     layer.q_norm = upload_norm(lw.q_norm, p + "self_attn.q_norm.weight");
     layer.k_norm = upload_norm(lw.k_norm, p + "self_attn.k_norm.weight");
+    if (config.dflash2.enabled) {
+      const std::string an = p + "attention_conv.kernel_projection.weight", mn = p + "mlp_conv.kernel_projection.weight";
+      std::vector<RowSource> attn_proj, mlp_proj;
+      append_rows(attn_proj, lw.attn_conv_proj, an);
+      append_rows(mlp_proj, lw.mlp_conv_proj, mn);
+      layer.attn_conv_proj = upload_linear(attn_proj, config.hidden_size, WeightFormat::kBf16, false, {}, stream);
+      layer.mlp_conv_proj = upload_linear(mlp_proj, config.hidden_size, WeightFormat::kBf16, false, {}, stream);
+      layer.attn_conv_base = upload_norm(lw.attn_conv_base, p + "attention_conv.base_kernel");
+      layer.mlp_conv_base = upload_norm(lw.mlp_conv_base, p + "mlp_conv.base_kernel");
+    }
     d.layers.push_back(std::move(layer));
   }
 
@@ -172,6 +183,24 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
     for (int64_t r = begin; r < end; ++r) convert_row({&weights.embed_tokens, &embed_name, r}, h, h, embed.data() + r * h);
   });
   d.embed = upload_vector(embed);
+
+  if (config.dflash2.enabled) {
+    const SelectorWeights& sw = weights.selector;
+    const std::string hn = "candidate_selector.hidden_projection.weight", pn = "candidate_selector.predecessor_codebook",
+                      sn = "candidate_selector.successor_codebook";
+    std::vector<RowSource> hidden;
+    append_rows(hidden, sw.hidden_projection, hn);
+    d.selector.hidden_projection = upload_linear(hidden, config.hidden_size, WeightFormat::kBf16, false, {}, stream);
+    const int64_t rank = config.dflash2.selector_rank;
+    for (const auto& [tensor, name, out] : {std::tuple{&sw.predecessor_codebook, &pn, &d.selector.predecessor},
+                                            std::tuple{&sw.successor_codebook, &sn, &d.selector.successor}}) {
+      std::vector<uint16_t> bits(static_cast<size_t>(tensor->numel()));
+      parallel_for(tensor->rows(), 1024, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) convert_row({tensor, name, r}, rank, rank, bits.data() + r * rank);
+      });
+      *out = upload_vector(bits);
+    }
+  }
 
   if (weights.nvfp4_head()) {
     d.lm_head_nvfp4 = upload_nvfp4(weights.lm_head_nvfp4);

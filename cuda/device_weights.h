@@ -6,7 +6,10 @@
 //   down     [H, I]
 //   lm_head  [V, H]                  or the target's NVFP4 head, never requantized (gemm_nvfp4.h)
 // as E4M3 codes + per-row scales (fp8, quantized on the device) or bf16; fc [H, nT·Ht] always
-// bf16; every row padded with zeros to a multiple of 64 columns. Norm weights are fp32 copies of
+// bf16; every row padded with zeros to a multiple of 64 columns. DFlash2 (docs/spec/dflash2.md §2):
+// each layer's two kernel_projections [2·k·ng, H] and the selector's hidden_projection [r, H] stay
+// bf16 in every mode (as in the engine), the base kernels [2, k, H] are fp32 copies, the codebooks
+// [V, r] bf16. Norm weights are fp32 copies of
 // the bf16 values; embed_tokens stays bf16. Host weights must be finite bf16 values (checked).
 #pragma once
 #include <cstdint>
@@ -38,6 +41,13 @@ struct DeviceLinear {
 struct DeviceLayerWeights {
   DeviceLinear qkv, o, gate_up, down;
   DeviceBuffer<float> input_norm, post_norm, q_norm, k_norm;
+  DeviceLinear attn_conv_proj, mlp_conv_proj;        // DFlash2 only
+  DeviceBuffer<float> attn_conv_base, mlp_conv_base;  // DFlash2 only
+};
+
+struct DeviceSelectorWeights {  // DFlash2 only
+  DeviceLinear hidden_projection;
+  DeviceBuffer<uint16_t> predecessor, successor;
 };
 
 struct DeviceDrafterWeights {
@@ -47,6 +57,7 @@ struct DeviceDrafterWeights {
   DeviceBuffer<uint16_t> embed;  // [V, H] bf16
   DeviceLinear lm_head;              // empty when the target's head is NVFP4
   DeviceNvFp4Linear lm_head_nvfp4;   // the target's NVFP4 head, as it is (cuda/gemm_nvfp4.h)
+  DeviceSelectorWeights selector;
 };
 
 // Uploads and, for E4M3, quantizes on `stream`; returns when the device holds everything.

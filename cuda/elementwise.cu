@@ -75,7 +75,7 @@ __global__ void embed_kernel(EmbedArgs e, int64_t cols, int block_width) {
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = reinterpret_cast<const __nv_bfloat16*>(e.embed_tokens) +
                              static_cast<int64_t>(token_of(e, row, block_width)) * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) e.h[row * cols + c] = __bfloat162float(src[c]);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) e.h[row * cols + c] = __fmul_rn(__bfloat162float(src[c]), e.scale);
 }
 
 // The tuned RMSNorm: one CTA of 512 threads per row, the row held in registers as float4 (one
@@ -101,8 +101,10 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_vec_kernel(RmsNormArgs a
       const int v = i * kNormThreads + static_cast<int>(threadIdx.x);
       if (v < vecs) {
         const uint2 bits = src[v];
-        x[0][i] = make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
-                              __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+        x[0][i] = make_float4(__fmul_rn(__uint_as_float(bits.x << 16), e.scale),
+                              __fmul_rn(__uint_as_float(bits.x & 0xffff0000u), e.scale),
+                              __fmul_rn(__uint_as_float(bits.y << 16), e.scale),
+                              __fmul_rn(__uint_as_float(bits.y & 0xffff0000u), e.scale));
         h[v] = x[0][i];
       }
     }

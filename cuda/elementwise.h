@@ -29,12 +29,13 @@ struct RmsNormArgs {
 // previous kernel before it touches memory, so the flag is safe wherever a kernel precedes it.
 void launch_rmsnorm(RowKernel kernel, const RmsNormArgs& args, cudaStream_t stream, bool pdl = false);
 
-// h[r] = embed_tokens[token(r)] (fp32 from bf16), then the RMSNorm of `norm` on h. token(r) is
-// anchors[r / B] for the first row of each block, mask_token_id otherwise.
+// h[r] = embed_tokens[token(r)] (fp32 from bf16) · scale, then the RMSNorm of `norm` on h. token(r)
+// is anchors[r / B] for the first row of each block, mask_token_id otherwise.
 struct EmbedArgs {
   const uint16_t* embed_tokens = nullptr;  // [V, cols] bf16
   const int32_t* anchors = nullptr;        // [batch]
   int mask_token_id = 0;
+  float scale = 1.0f;  // DFlash2's input_embedding_scale (x·1 is x: plain DFlash keeps its bits)
   float* h = nullptr;  // [rows, cols] fp32 (ld cols)
 };
 void launch_embed_rmsnorm(RowKernel kernel, const EmbedArgs& embed, const RmsNormArgs& norm, cudaStream_t stream);

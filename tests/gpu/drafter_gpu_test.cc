@@ -19,6 +19,7 @@
 #include "cuda/cuda_drafter_debug.h"
 #include "cuda/cuda_drafter_impl.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "fixtures/fixture.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
 
@@ -240,6 +241,54 @@ INSTANTIATE_TEST_SUITE_P(Variants, DrafterGpu,
                          [](const auto& info) {
                            return "d" + std::to_string(info.param.head_dim) + "_" + precision_name(info.param.precision);
                          });
+
+// DFlash2 (d2-sliding-batch's drafter: convolutions, sliding layers with W = gamma = 8, the
+// selector) on the same script: graphs vs eager, page order, run to run, sequence 1 alone vs in
+// its batches, all bit for bit (the walk included: draft tokens are compared exactly); the tapped
+// pass changes nothing and gives every DFlash2 stage in forward order with its shape.
+TEST(DrafterGpuDflash2, GraphsPagesRunsAndBatchesChangeNoBit) {
+  DFLASH_REQUIRE_GPU();
+  Fixture f = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/d2-sliding-batch");
+  f.load_weights();
+  const DrafterConfig& c = f.config;
+  ASSERT_TRUE(c.dflash2.enabled);
+  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
+    const std::string what = std::string("dflash2 ") + precision_name(precision) + ": ";
+    CudaOptions graphs;
+    graphs.warmup = 1;
+    CudaOptions eager;
+    eager.graphs = false;
+    CudaDrafter batched(c, f.weights, small_settings(precision), graphs);
+    CudaDrafter without(c, f.weights, small_settings(precision), eager);
+    CudaDrafter shuffled(c, f.weights, small_settings(precision, 99), graphs);
+    CudaDrafter again(c, f.weights, small_settings(precision), graphs);
+    CudaDrafter alone(c, f.weights, small_settings(precision), graphs);
+    CudaDrafter tapped(c, f.weights, small_settings(precision), graphs);
+    const auto all = run_script(batched, script());
+    expect_bitwise_equal(all, run_script(without, script()), what + "graphs vs eager");
+    expect_bitwise_equal(all, run_script(shuffled, script()), what + "page order permuted");
+    expect_bitwise_equal(all, run_script(again, script()), what + "run to run");
+    std::vector<ProposeOutput> seq1;
+    for (const ProposeOutput& out : all) {
+      if (out.seq == 1) seq1.push_back(out);
+    }
+    expect_bitwise_equal(seq1, run_script(alone, script(), false, 1), what + "sequence 1 alone vs batched");
+    const auto with = run_script(tapped, script(), true);
+    expect_bitwise_equal(all, with, what + "taps on vs off");
+    const std::vector<std::string> names = forward_stage_order(c.num_layers, true);
+    for (const ProposeOutput& out : with) {
+      EXPECT_EQ(out.path.tap_pass_difference, "") << what << "seq " << out.seq;
+      ASSERT_EQ(out.taps.size(), names.size()) << what;
+      for (size_t i = 0; i < names.size(); ++i) {
+        ASSERT_EQ(out.taps[i].name, names[i]) << what;
+        StageId id;
+        ASSERT_TRUE(parse_stage_name(names[i], c.num_layers, &id, true)) << names[i];
+        const int64_t context_rows = out.taps.front().value.rows();  // ctx_proj: the rows admitted
+        EXPECT_EQ(out.taps[i].value.shape, stage_shape(id, c, out.block_width, context_rows)) << what << names[i];
+      }
+    }
+  }
+}
 
 TEST(DrafterGpuErrors, FailedProposesLeaveEverySequenceUnchanged) {
   DFLASH_REQUIRE_GPU();

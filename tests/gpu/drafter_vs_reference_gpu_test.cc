@@ -116,10 +116,6 @@ TEST(CudaVsReference, EveryOracleFixtureInBothPrecisions) {
   ASSERT_GE(dirs.size(), 10u) << "fixtures/oracle is missing fixtures";
   for (const std::string& dir : dirs) {
     Fixture f = read_fixture(dir);
-    if (f.config.dflash2.enabled) {  // the CUDA drafter refuses DFlash2 (cuda/cuda_drafter.cc)
-      std::printf("[oracle] %-26s not run: the CUDA drafter does not implement DFlash2\n", f.name.c_str());
-      continue;
-    }
     f.load_weights();
     for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
       judge(replay_pairs(f, precision, true), "oracle", f.name + " " + precision_name(precision));

@@ -1,0 +1,48 @@
+// DFlash2's candidate selector on the device (docs/spec/dflash2.md §3.4), replacing the per-row
+// argmax: for each mask row, the top-K token ids of the raw logits (descending value, lower id first
+// on equal values; NaN ranks above every number, as in the argmax), the unary scores (multiplier,
+// then softcap), then per sequence the edge scores from the codebooks and the projected final-normed
+// rows, and the greedy walk (predecessor slot 0 first, lowest slot on ties). The walk's tokens are
+// the draft tokens.
+//
+// Two kernels: top-K, one CTA per mask row (a row's candidates depend on that row only); edge scores
+// and walk, one CTA per sequence. Every value is reduced in a fixed order and the top-K order is
+// total: same inputs, same bits, whatever the batch. Nothing is allocated: graph-capturable.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace dflash {
+
+// The most candidates per slot the kernels serve (dflash_config.selector_top_k; published 16).
+constexpr int kSelectorMaxTopK = 256;
+
+struct SelectorArgs {
+  int batch = 0;
+  int slots = 0;  // n = B - 1 mask rows per sequence; row r of the buffers is sequence r / n, slot r % n
+  int64_t vocab = 0;
+  int top_k = 0;  // K
+  int rank = 0;   // r
+  float output_multiplier = 1.0f;
+  float softcap = 0.0f;  // 0: off
+  const float* logits = nullptr;        // [batch·n, vocab] raw lm_head outputs
+  const float* hidden_proj = nullptr;   // [batch·n, rank] hidden_projection of the final-normed mask rows
+  const uint16_t* predecessor = nullptr;  // [vocab, rank] bf16 codebook
+  const uint16_t* successor = nullptr;    // [vocab, rank] bf16 codebook
+  const int32_t* anchors = nullptr;     // [batch]: slot 0's predecessor
+  int32_t* topk_ids = nullptr;          // [batch·n, K]
+  float* topk_values = nullptr;         // [batch·n, K]
+  float* unary = nullptr;               // [batch·n, K]
+  float* edge_scores = nullptr;         // [batch·n, K, K]: [slot, predecessor slot, candidate slot]
+  float* walk_scores = nullptr;         // [batch·n, K]: the edge row the walk read
+  int32_t* walk_index = nullptr;        // [batch·n]
+  int32_t* tokens = nullptr;            // [batch·n]: the draft tokens
+};
+
+void launch_selector_topk(const SelectorArgs& args, cudaStream_t stream, bool pdl);
+void launch_selector_walk(const SelectorArgs& args, cudaStream_t stream, bool pdl);
+
+void prepare_selector_kernels();
+
+}  // namespace dflash
