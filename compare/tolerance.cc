@@ -65,12 +65,14 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     paths[stage_name(StageKind::kAttnNorm, l)] = attn_norm_out;
     // DFlash2 prepare (docs/spec/dflash2.md §3.1): kernel_projection (bf16 in fp8 mode), stored
     // as bf16 by both drafters, then k taps of (base + coefficient) · x summed, stored as bf16
-    // (q/k/v, or gate/up, read it); finish is the same sum, kept fp32.
+    // (q/k/v, or gate/up, read it); finish is the same sum, kept fp32. Each term is a product of
+    // a coefficient and an input, whose relative errors add: both paths enter (`+`, not `longest`,
+    // which is for sums such as the residual adds).
     const int64_t taps = config.dflash2.conv_kernel_size;
     const StagePath conv_own = {2 * static_cast<int>(taps) + 1, 0, taps, 0, 0.0};
     const StagePath prepare_own = conv_own + kBoundary;
     const StagePath attn_coef = attn_norm_out + gemm(H) + kBoundary;
-    const StagePath attn_norm = config.dflash2.enabled ? attn_coef + prepare_own : attn_norm_out;
+    const StagePath attn_norm = config.dflash2.enabled ? attn_coef + attn_norm_out + prepare_own : attn_norm_out;
     if (config.dflash2.enabled) {
       paths[stage_name(StageKind::kAttnConvCoef, l)] = attn_coef;
       paths[stage_name(StageKind::kAttnConvIn, l)] = attn_norm;
@@ -90,13 +92,13 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     paths[stage_name(StageKind::kAttn, l)] = attn;
     const StagePath o_proj_out = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
     paths[stage_name(StageKind::kOProj, l)] = o_proj_out;
-    const StagePath o_proj = config.dflash2.enabled ? longest(o_proj_out, attn_coef) + conv_own : o_proj_out;
+    const StagePath o_proj = config.dflash2.enabled ? o_proj_out + attn_coef + conv_own : o_proj_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kAttnConvOut, l)] = o_proj;
     const StagePath h_mid = longest(h, o_proj) + kElementwise;  // residual add
     const StagePath mlp_norm_out = h_mid + rms_norm(H) + kBoundary;
     paths[stage_name(StageKind::kMlpNorm, l)] = mlp_norm_out;
     const StagePath mlp_coef = mlp_norm_out + gemm(H) + kBoundary;
-    const StagePath mlp_norm = config.dflash2.enabled ? mlp_coef + prepare_own : mlp_norm_out;
+    const StagePath mlp_norm = config.dflash2.enabled ? mlp_coef + mlp_norm_out + prepare_own : mlp_norm_out;
     if (config.dflash2.enabled) {
       paths[stage_name(StageKind::kMlpConvCoef, l)] = mlp_coef;
       paths[stage_name(StageKind::kMlpConvIn, l)] = mlp_norm;
@@ -105,7 +107,7 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath mlp_out = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) + fp8_gemm(H, delta.layer(l, &L::up)) +
                               kElementwise + kElementwise + kBoundary + fp8_gemm(I, delta.layer(l, &L::down));
     paths[stage_name(StageKind::kMlp, l)] = mlp_out;
-    const StagePath mlp = config.dflash2.enabled ? longest(mlp_out, mlp_coef) + conv_own : mlp_out;
+    const StagePath mlp = config.dflash2.enabled ? mlp_out + mlp_coef + conv_own : mlp_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kMlpConvOut, l)] = mlp;
     h = longest(h_mid, mlp) + kElementwise;  // residual add
     paths[stage_name(StageKind::kOut, l)] = h;

@@ -35,7 +35,8 @@ int64_t block_weight_bytes(const CudaDrafter& drafter);
 
 // The last propose's block forward as a CUDA graph of its own, without the launches of the kernel
 // classes in `without` (CudaDrafter::ForwardLaunch: "rmsnorm", "qkv", "qk_norm_rope",
-// "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"): TIMING
+// "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"; DFlash2:
+// "conv_coef", "conv", "hidden_proj", "selector_topk", "selector_walk"): TIMING
 // ONLY, what a class costs inside the graph is the time it saves; the outputs it leaves in the
 // drafter's buffers are wrong until the next propose. The drafter itself and its own graphs are
 // untouched. A class this forward does not launch, or "embed" (the first kernel, which every

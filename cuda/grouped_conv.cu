@@ -18,15 +18,22 @@ __device__ __forceinline__ float conv_weight(const GroupedConvArgs& a, int side,
   return __fadd_rn(base, __bfloat162float(__float2bfloat16_rn(c)));
 }
 
+// This thread's (sequence, channel): false past the last one. row0 is the sequence's first block row.
+__device__ __forceinline__ bool conv_thread(const GroupedConvArgs& a, int64_t* row0, int64_t* ch) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(a.batch) * a.channels) return false;
+  *row0 = idx / a.channels * a.block_width;
+  *ch = idx % a.channels;
+  return true;
+}
+
 // Rows of one sequence from the last to the first: row t reads rows t-k+1..t, none written yet, so
 // the update can be in place.
 __global__ void __launch_bounds__(kConvThreads) conv_prepare_kernel(GroupedConvArgs a, uint16_t* x, int64_t ld_x) {
   pdl_launch_dependents();
   pdl_wait();
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(a.batch) * a.channels) return;
-  const int64_t b = idx / a.channels, ch = idx % a.channels;
-  const int64_t row0 = b * a.block_width;
+  int64_t row0, ch;
+  if (!conv_thread(a, &row0, &ch)) return;
   __nv_bfloat16* col = reinterpret_cast<__nv_bfloat16*>(x) + ch;
   for (int t = a.block_width - 1; t >= 0; --t) {
     float acc = 0.0f;
@@ -42,10 +49,8 @@ __global__ void __launch_bounds__(kConvThreads) conv_finish_kernel(GroupedConvAr
                                                                    float* residual, float* tap_out) {
   pdl_launch_dependents();
   pdl_wait();
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(a.batch) * a.channels) return;
-  const int64_t b = idx / a.channels, ch = idx % a.channels;
-  const int64_t row0 = b * a.block_width;
+  int64_t row0, ch;
+  if (!conv_thread(a, &row0, &ch)) return;
   for (int t = 0; t < a.block_width; ++t) {
     float acc = 0.0f;
     for (int tau = 0; tau < a.taps && tau <= t; ++tau) {

@@ -7,6 +7,8 @@
 //  - a causal in-block mask (block row i sees block rows j <= i only): L0.attn;
 //  - a convolution that wraps across the block boundary (row t < τ reads flat row t - τ): the
 //    first prepare's output, L0.attn_conv_in.
+#include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@ namespace dflash {
 namespace {
 
 const char* const kFixtures[] = {"d2-tiny", "d2-sliding-batch"};
+constexpr Precision kAllPrecisions[] = {Precision::kFp64, Precision::kBf16, Precision::kFp8};
 
 std::string fixture_dir(const std::string& name) { return std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/" + name; }
 
@@ -45,36 +48,52 @@ class ArgmaxProposer final : public prop::ForwardingProposer {
 };
 
 ReplayResult replay_on(const Fixture& fixture, const DrafterConfig& config, bool argmax,
-                       Dflash2Fault fault = Dflash2Fault::kNone) {
+                       Dflash2Fault fault = Dflash2Fault::kNone, Precision precision = Precision::kFp64) {
   HeadSettings head = fixture.head;
-  head.precision = Precision::kFp64;
+  head.precision = precision;
   ReferenceOptions options;
   options.dflash2_fault = fault;
   std::unique_ptr<DraftProposer> drafter = make_reference_drafter(config, fixture.weights, head, options);
   if (argmax) drafter = std::make_unique<ArgmaxProposer>(std::move(drafter));
-  return replay_fixture(fixture, {{drafter.get(), Precision::kFp64, true}}, {});
+  return replay_fixture(fixture, {{drafter.get(), precision, true}}, {});
 }
 
 TEST(Dflash2Controls, TheReferenceItselfPasses) {
   for (const char* name : kFixtures) {
     Fixture fixture = read_fixture(fixture_dir(name));
     fixture.load_weights();
-    const ReplayResult r = replay_on(fixture, fixture.config, false);
-    EXPECT_TRUE(r.passed()) << name;
+    for (Precision precision : kAllPrecisions) {
+      const ReplayResult r = replay_on(fixture, fixture.config, false, Dflash2Fault::kNone, precision);
+      EXPECT_TRUE(r.passed()) << name << " " << precision_name(precision);
+    }
   }
 }
 
-TEST(Dflash2Controls, WindowOfWInsteadOfWMinusOneFailsAtTheFirstAttention) {
+// Every bundled DFlash2 fixture must fail, first at `stage`, on the reference with `fault` (and
+// the config as `change` leaves it), in each of `precisions` (bf16 and fp8: against the wider
+// bounds of those drafters, docs/tolerances.md).
+void expect_first_divergence(const std::string& stage, Dflash2Fault fault,
+                             const std::function<void(DrafterConfig*)>& change = nullptr,
+                             std::vector<Precision> precisions = {Precision::kFp64}) {
   for (const char* name : kFixtures) {
     Fixture fixture = read_fixture(fixture_dir(name));
     fixture.load_weights();
-    DrafterConfig wide = fixture.config;
-    wide.dflash2.sliding_window += 1;
-    const ReplayResult r = replay_on(fixture, wide, false);
-    ASSERT_FALSE(r.passed()) << name;
-    ASSERT_TRUE(r.first_divergence.has_value()) << name;
-    EXPECT_EQ(r.first_divergence->stage, "L0.attn") << name << ": " << r.first_divergence->detail;
+    DrafterConfig config = fixture.config;
+    if (change) change(&config);
+    for (Precision precision : precisions) {
+      const ReplayResult r = replay_on(fixture, config, false, fault, precision);
+      ASSERT_FALSE(r.passed()) << name << " " << precision_name(precision);
+      ASSERT_TRUE(r.first_divergence.has_value()) << name;
+      EXPECT_EQ(r.first_divergence->stage, stage)
+          << name << " " << precision_name(precision) << ": " << r.first_divergence->detail;
+    }
   }
+}
+
+
+TEST(Dflash2Controls, WindowOfWInsteadOfWMinusOneFailsAtTheFirstAttention) {
+  expect_first_divergence("L0.attn", Dflash2Fault::kNone, [](DrafterConfig* c) { c->dflash2.sliding_window += 1; },
+                          {std::begin(kAllPrecisions), std::end(kAllPrecisions)});
 }
 
 TEST(Dflash2Controls, ArgmaxInsteadOfTheWalkIsNamed) {
@@ -90,25 +109,13 @@ TEST(Dflash2Controls, ArgmaxInsteadOfTheWalkIsNamed) {
 }
 
 TEST(Dflash2Controls, CausalBlockMaskFailsAtTheFirstAttention) {
-  for (const char* name : kFixtures) {
-    Fixture fixture = read_fixture(fixture_dir(name));
-    fixture.load_weights();
-    const ReplayResult r = replay_on(fixture, fixture.config, false, Dflash2Fault::kCausalBlock);
-    ASSERT_FALSE(r.passed()) << name;
-    ASSERT_TRUE(r.first_divergence.has_value()) << name;
-    EXPECT_EQ(r.first_divergence->stage, "L0.attn") << name << ": " << r.first_divergence->detail;
-  }
+  expect_first_divergence("L0.attn", Dflash2Fault::kCausalBlock, nullptr,
+                          {std::begin(kAllPrecisions), std::end(kAllPrecisions)});
 }
 
 TEST(Dflash2Controls, ConvWrappingAcrossTheBlockBoundaryFailsAtTheFirstPrepare) {
-  for (const char* name : kFixtures) {
-    Fixture fixture = read_fixture(fixture_dir(name));
-    fixture.load_weights();
-    const ReplayResult r = replay_on(fixture, fixture.config, false, Dflash2Fault::kConvWraps);
-    ASSERT_FALSE(r.passed()) << name;
-    ASSERT_TRUE(r.first_divergence.has_value()) << name;
-    EXPECT_EQ(r.first_divergence->stage, "L0.attn_conv_in") << name << ": " << r.first_divergence->detail;
-  }
+  expect_first_divergence("L0.attn_conv_in", Dflash2Fault::kConvWraps, nullptr,
+                          {std::begin(kAllPrecisions), std::end(kAllPrecisions)});
 }
 
 TEST(Dflash2Controls, PlantedFaultsNeedADflash2Drafter) {
