@@ -9,9 +9,9 @@
 # On the device machine (through the `run` tool, from the repository root, carry [".gpu"]):
 #   ci/gpu-gate.sh --remote [--out DIR] [--quick] [--variant KERNELS]... [--sweep KERNELS]...
 #                  [--sweep-without CLASSES]...
-#     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, attention at
-#     the NVFP4 lm_head GEMM against its w4a16 emulation, head_dim 64/128/256 and generic, the q/k norm + RoPE kernels at positions up to 128k,
-#     graph replay vs eager, the drafter's invariants, CUDA vs
+#     runs the GPU tests (fp8 quantization bytes, every GEMM kernel at every m, the NVFP4 lm_head
+#     GEMM against its w4a16 emulation, attention at head_dim 64/128/256 and generic, the q/k norm
+#     + RoPE kernels at positions up to 128k, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
 #     docs/spec/drafter.md §8, on compare/'s tolerance model: the same-precision pairs, the fp8 envelope
 #     against the bf16 reference, and at Qwen3-8B the envelope's planted-bug negative controls,
