@@ -275,7 +275,8 @@ if ((bench_only == 0)); then
     note "FAIL cuda_propose_bench (see bench.log)"
     status=1
   fi
-  tail -n 12 "$out_dir/bench.log" >>"$summary"
+  # The whole table (every batch and context, HBM floor and roofline) and the bar lines.
+  sed -n '/^| precision/,$p' "$out_dir/bench.log" >>"$summary"
 else
   note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi
