@@ -135,9 +135,13 @@ size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad) {
   return Gemm::get_workspace_size(args);
 }
 
-void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
-                               const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
-                               size_t workspace_bytes) {
+struct CutlassMixedGemm::Impl {
+  Gemm gemm;
+};
+
+CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
+                                   int64_t ld_out, void* workspace, size_t workspace_bytes)
+    : impl_(std::make_unique<Impl>()) {
   check_arguments(a, lda, m, w, out, ld_out);
   std::string why;
   if (!cutlass_mixed_supported(&why)) throw unsupported(why);
@@ -147,21 +151,33 @@ void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t l
     throw bad_input("cutlass mixed GEMM: the workspace of " + std::to_string(workspace_bytes) + " bytes is below the " +
                     std::to_string(needed) + " it needs");
   }
-  Gemm gemm;
-  cutlass::Status status = gemm.can_implement(args);
+  cutlass::Status status = impl_->gemm.can_implement(args);
   if (status != cutlass::Status::kSuccess) {
     throw bad_input(std::string("cutlass mixed GEMM: cannot implement m ") + std::to_string(m) + ", n " +
                     std::to_string(w.n) + ", k " + std::to_string(w.k_pad) + ": " + cutlassGetStatusString(status));
   }
-  status = gemm.initialize(args, workspace, stream);
+  status = impl_->gemm.initialize(args, workspace);
   if (status != cutlass::Status::kSuccess) {
     throw internal_error(std::string("cutlass mixed GEMM: initialize: ") + cutlassGetStatusString(status));
   }
-  status = gemm.run(stream);
+}
+
+CutlassMixedGemm::~CutlassMixedGemm() = default;
+CutlassMixedGemm::CutlassMixedGemm(CutlassMixedGemm&&) noexcept = default;
+CutlassMixedGemm& CutlassMixedGemm::operator=(CutlassMixedGemm&&) noexcept = default;
+
+void CutlassMixedGemm::run(cudaStream_t stream) {
+  const cutlass::Status status = impl_->gemm.run(stream);
   if (status != cutlass::Status::kSuccess) {
     throw internal_error(std::string("cutlass mixed GEMM: run: ") + cutlassGetStatusString(status));
   }
   DFLASH_CUDA_CHECK_LAUNCH("cutlass mixed GEMM");
+}
+
+void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
+                               const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
+                               size_t workspace_bytes) {
+  CutlassMixedGemm(a, lda, m, w, out, ld_out, workspace, workspace_bytes).run(stream);
 }
 
 }  // namespace dflash
