@@ -1,5 +1,5 @@
 // Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (docs/spec/drafter.md §8) with
-// random weights: block width 16, batch 1 / 8 / 32, context 1024 / 4096 positions already cached
+// random weights: block width 16, batch 1 / 8 / 16 / 32 / 64, context 1024 / 4096 positions already cached
 // (the timed propose brings C = 0 new context rows), graphs on. Each number is the median of
 // --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),
 // each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
@@ -10,7 +10,10 @@
 // Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
 // in the mode's storage format, the norms, and the KV cache window read once) over the
 // device-to-device copy bandwidth measured in the same run (bytes read + written per second), the
-// ratio to it, and the same floor for bf16 weights.
+// ratio to it, and the same floor for bf16 weights. Then the compute floor, the propose's FLOPs
+// (propose_flops) over the bf16 tensor-core peak of a large cuBLASLt GEMM measured in the same run
+// (bench/gemm_peak.h: every mode multiplies in bf16), the roofline max(HBM floor, compute floor)
+// and the ratio to it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/copy_bandwidth.h"
+#include "bench/gemm_peak.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_drafter_debug.h"
@@ -42,6 +46,8 @@ struct Row {
   int64_t context = 0;
   double median_us = 0, p10_us = 0, p90_us = 0;
   double floor_us = 0, bf16_floor_us = 0;
+  double compute_floor_us = 0;
+  double roofline_us() const { return std::max(floor_us, compute_floor_us); }
 };
 
 // Weight bytes of the block forward with bf16 storage: every projection and lm_head, 2 bytes each.
@@ -52,16 +58,30 @@ int64_t bf16_weight_bytes(const DrafterConfig& c) {
   return 2 * (c.num_layers * per_layer + static_cast<int64_t>(c.vocab_size) * h) + norms;
 }
 
+// The FLOPs of one block forward (2 per multiply-add) of `batch` sequences of `width` block rows
+// with `context` cached positions: every GEMM (q|k|v, o, gate|up, down per layer on batch·width
+// rows; the lm_head on the batch·(width − 1) draft rows) and the attention's Q·Kᵀ and P·V for
+// every query head over the window of context + width keys. Elementwise work is left out.
+double propose_flops(const DrafterConfig& c, int batch, int width, int64_t context) {
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_dim());
+  const double kv = static_cast<double>(c.kv_dim()), inter = static_cast<double>(c.intermediate_size);
+  const double rows = static_cast<double>(batch) * width, draft_rows = static_cast<double>(batch) * (width - 1);
+  const double per_layer_macs = rows * ((q + 2 * kv) * h + h * q + 2 * inter * h + h * inter);
+  const double keys = static_cast<double>(context + width);
+  const double attention_macs = static_cast<double>(batch) * c.num_heads * 2.0 * width * keys * c.head_dim;
+  return 2.0 * (c.num_layers * (per_layer_macs + attention_macs) + draft_rows * static_cast<double>(c.vocab_size) * h);
+}
+
 // profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
 // cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
 // without: kernel classes the timed graph leaves out (empty: the drafter's own graph).
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
-                     double bandwidth, int replays, bool profile_one, const std::vector<int>& batch_list,
+                     double bandwidth, double peak_flops, int replays, bool profile_one, const std::vector<int>& batch_list,
                      const std::vector<int64_t>& context_list, const std::set<std::string>& without) {
   HeadSettings settings;
   settings.gamma = 16;
   settings.ctx_cap = 4096;
-  settings.max_batch = 32;
+  settings.max_batch = *std::max_element(batch_list.begin(), batch_list.end());
   settings.kv_page_size = 16;
   settings.precision = precision;
   CudaOptions options;
@@ -83,14 +103,14 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
     const Tensor ctx = make_random_context(context, width, static_cast<uint64_t>(context));
     std::vector<int> seqs;
     std::vector<ProposeInput> ingest;
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < settings.max_batch; ++i) {
       seqs.push_back(next_seq++);
       drafter.add_sequence(seqs.back());
       ingest.push_back({seqs.back(), &ctx, context, 100 + i});
     }
     const auto t0 = std::chrono::steady_clock::now();
-    drafter.propose(ingest, false);  // caches `context` positions for all 32 sequences
-    std::printf("  ingested 32 x %lld context rows in %.2f s\n", static_cast<long long>(context),
+    drafter.propose(ingest, false);  // caches `context` positions for every sequence
+    std::printf("  ingested %d x %lld context rows in %.2f s\n", settings.max_batch, static_cast<long long>(context),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (int batch : batches) {
       std::vector<ProposeInput> inputs;
@@ -143,9 +163,12 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
       const int64_t kv_bytes = static_cast<int64_t>(batch) * context * config.num_layers * 2 * config.kv_dim() * 2;
       row.floor_us = static_cast<double>(block_weight_bytes(drafter) + kv_bytes) / bandwidth * 1e6;
       row.bf16_floor_us = static_cast<double>(bf16_weight_bytes(config) + kv_bytes) / bandwidth * 1e6;
-      std::printf("  %-4s batch %2d ctx %4lld: median %8.1f us (p10 %.1f, p90 %.1f)  floor %7.1f us  x%.2f  bf16 floor %7.1f us  x%.2f\n",
+      row.compute_floor_us = propose_flops(config, batch, 16, context) / peak_flops * 1e6;
+      std::printf("  %-4s batch %2d ctx %4lld: median %8.1f us (p10 %.1f, p90 %.1f)  floor %7.1f us  x%.2f  bf16 floor %7.1f us  x%.2f"
+                  "  compute floor %7.1f us  roofline %7.1f us  x%.2f\n",
                   row.precision.c_str(), batch, static_cast<long long>(context), row.median_us, row.p10_us, row.p90_us,
-                  row.floor_us, row.median_us / row.floor_us, row.bf16_floor_us, row.median_us / row.bf16_floor_us);
+                  row.floor_us, row.median_us / row.floor_us, row.bf16_floor_us, row.median_us / row.bf16_floor_us,
+                  row.compute_floor_us, row.roofline_us(), row.median_us / row.roofline_us());
       std::fflush(stdout);
       rows.push_back(row);
     }
@@ -164,9 +187,9 @@ int main_impl(int argc, char** argv) {
   app.add_option("--markdown", markdown, "write the result table (markdown) to this file");
   app.add_option("--replays", replays, "timed graph replays per configuration (>= 100)")->check(CLI::Range(100, 100000));
   app.add_option("--precisions", precisions, "comma-separated: fp8, bf16");
-  std::vector<int> batches = {1, 8, 32};
+  std::vector<int> batches = {1, 8, 16, 32, 64};
   std::vector<int64_t> contexts = {1024, 4096};
-  app.add_option("--batches", batches, "batch sizes (default 1 8 32)")->check(CLI::Range(1, 32));
+  app.add_option("--batches", batches, "batch sizes (default 1 8 16 32 64)")->check(CLI::Range(1, 64));
   app.add_option("--contexts", contexts, "cached context positions (default 1024 4096)")->check(CLI::Range(1, 4096));
   std::string without_list;
   app.add_option("--without", without_list,
@@ -189,6 +212,11 @@ int main_impl(int argc, char** argv) {
   const double bandwidth = measure_copy_bandwidth(size_t{2} << 30, 20);  // 2 GiB, median of 20
   std::printf("device %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
               bandwidth / 1e9);
+  const GemmPeak peak = measure_gemm_peak();
+  const std::string e4m3_peak = peak.e4m3 > 0 ? std::to_string(static_cast<int>(peak.e4m3 / 1e12)) + " TFLOP/s"
+                                              : "unavailable (" + peak.e4m3_unavailable + ")";
+  std::printf("cuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s (the compute floor's), e4m3 %s\n",
+              static_cast<long long>(peak.size), peak.bf16 / 1e12, e4m3_peak.c_str());
   const DrafterGeometry g = qwen3_8b_geometry();
   const DrafterConfig config = make_config(g);
   const auto t0 = std::chrono::steady_clock::now();
@@ -201,7 +229,7 @@ int main_impl(int argc, char** argv) {
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, p, bandwidth, replays, profile_one, batches, contexts, without)) {
+    for (const Row& r : run(config, weights, p, bandwidth, peak.bf16, replays, profile_one, batches, contexts, without)) {
       rows.push_back(r);
     }
   }
@@ -212,17 +240,21 @@ int main_impl(int argc, char** argv) {
   std::string table;
   table += "Measured " + std::string(date) + " on " + prop.name + " (" + std::to_string(prop.multiProcessorCount) +
            " SMs); device-to-device copy bandwidth " + std::to_string(static_cast<int>(bandwidth / 1e9)) +
-           " GB/s (read + write). " + g.name + " geometry, random weights, block width 16, C = 0 new context rows, "
+           " GB/s (read + write); cuBLASLt GEMM peak (m = n = k = " + std::to_string(peak.size) + ") bf16 " +
+           std::to_string(static_cast<int>(peak.bf16 / 1e12)) + " TFLOP/s, the compute floor's, e4m3 " + e4m3_peak +
+           ". " + g.name + " geometry, random weights, block width 16, C = 0 new context rows, "
            "median of " + std::to_string(replays) + " graph replays" +
            (without.empty() ? std::string(".\n\n")
                             : " of the block forward WITHOUT " + without_list + " (timing only, outputs wrong).\n\n");
-  table += "| precision | batch | context | median µs | p10–p90 µs | HBM floor µs | × floor | bf16 floor µs | × bf16 floor |\n";
-  table += "|---|---|---|---|---|---|---|---|---|\n";
+  table += "| precision | batch | context | median µs | p10–p90 µs | HBM floor µs | × floor | bf16 floor µs | × bf16 floor "
+           "| compute floor µs | roofline µs | x roofline |\n";
+  table += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     char line[256];
-    std::snprintf(line, sizeof line, "| %s | %d | %lld | %.1f | %.1f–%.1f | %.1f | %.2f | %.1f | %.2f |\n", r.precision.c_str(),
-                  r.batch, static_cast<long long>(r.context), r.median_us, r.p10_us, r.p90_us, r.floor_us,
-                  r.median_us / r.floor_us, r.bf16_floor_us, r.median_us / r.bf16_floor_us);
+    std::snprintf(line, sizeof line, "| %s | %d | %lld | %.1f | %.1f–%.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f | %.2f |\n",
+                  r.precision.c_str(), r.batch, static_cast<long long>(r.context), r.median_us, r.p10_us, r.p90_us,
+                  r.floor_us, r.median_us / r.floor_us, r.bf16_floor_us, r.median_us / r.bf16_floor_us,
+                  r.compute_floor_us, r.roofline_us(), r.median_us / r.roofline_us());
     table += line;
   }
   std::printf("\n%s", table.c_str());
@@ -236,6 +268,12 @@ int main_impl(int argc, char** argv) {
       const bool pass = r.median_us <= 1.5 * r.floor_us;
       std::printf("bar: fp8, batch 1, context 1024 within 1.5x its floor: %s (x%.2f)\n", pass ? "met" : "NOT met",
                   r.median_us / r.floor_us);
+    }
+    if (r.context == 1024 && ((r.precision == "fp8" && (r.batch == 8 || r.batch == 32)) ||
+                              (r.precision == "bf16" && r.batch == 32))) {
+      const bool pass = r.median_us <= 1.5 * r.roofline_us();
+      std::printf("bar: %s, batch %d, context 1024 within 1.5x its roofline: %s (x%.2f)\n", r.precision.c_str(), r.batch,
+                  pass ? "met" : "NOT met", r.median_us / r.roofline_us());
     }
   }
   return 0;

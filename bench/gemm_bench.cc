@@ -9,7 +9,10 @@
 // Each number is the median over 15 repetitions (--reps) of (20 back-to-back launches) / 20.
 // --hot reads the same window every launch instead (L2-resident when it fits): the kernel's speed
 // when its weights come from L2. Last, the NVFP4 lm_head kernel (gemm_nvfp4.h) at the lm_head's
-// shape, with its HBM floor (its bytes at the copy rate).
+// shape, with its HBM floor (its bytes at the copy rate). Then the CUTLASS mixed-input candidate
+// for m >= 64 (cuda/gemm_cutlass_mixed.h, not used by the drafter) at every shape and --candidate-m
+// (default 64, 128, 512): TFLOP/s and the fraction of the bf16 tensor-core peak of a large cuBLASLt
+// GEMM measured in the same run (bench/gemm_peak.h), whose e4m3 peak is printed beside it.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -20,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/copy_bandwidth.h"
+#include "bench/gemm_peak.h"
 #include "bench/median.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -27,6 +31,7 @@
 #include "cuda/cuda_drafter.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_cutlass_mixed.h"
 #include "cuda/gemm_nvfp4.h"
 
 namespace dflash {
@@ -49,7 +54,11 @@ int main_impl(int argc, char** argv) {
   std::string only_shape, only_format;
   int only_columns = -1, reps = 15;
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
-  app.add_option("--format", only_format, "only this weight format (e4m3, bf16, nvfp4: the lm_head only)");
+  app.add_option("--format", only_format,
+                 "only this weight format (e4m3, bf16, nvfp4: the lm_head only, cutlass: the E4M3 candidate)");
+  std::vector<int64_t> candidate_ms = {64, 128, 512};
+  app.add_option("--candidate-m", candidate_ms, "rows per launch of the CUTLASS candidate (default 64 128 512)")
+      ->check(CLI::Range(1, 4096));
   bool hot = false;
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
@@ -194,6 +203,63 @@ int main_impl(int argc, char** argv) {
                   static_cast<long long>(s.k), static_cast<long long>(m), us, rate / 1e9, bandwidth / rate, floor_us,
                   us / floor_us);
       std::fflush(stdout);
+    }
+  }
+
+  // The CUTLASS mixed-input candidate (E4M3 weights x bf16 activations, fp32 accumulation, the row
+  // scale in the epilogue) against the tensor cores' peak.
+  if ((only_format.empty() || only_format == "cutlass") && only_columns < 0) {
+    std::string why;
+    if (!cutlass_mixed_supported(&why)) {
+      std::printf("\nCUTLASS candidate: not run: %s\n", why.c_str());
+    } else {
+      const GemmPeak peak = measure_gemm_peak();
+      std::printf("\ncuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s, e4m3 ", static_cast<long long>(peak.size),
+                  peak.bf16 / 1e12);
+      if (peak.e4m3 > 0) {
+        std::printf("%.0f TFLOP/s\n", peak.e4m3 / 1e12);
+      } else {
+        std::printf("unavailable (%s)\n", peak.e4m3_unavailable.c_str());
+      }
+      const int64_t cand_max_m = *std::max_element(candidate_ms.begin(), candidate_ms.end());
+      std::vector<uint16_t> cand_a_host(static_cast<size_t>(cand_max_m * max_k));
+      for (auto& v : cand_a_host) v = float_to_bf16_bits(static_cast<float>(next_random(state) % 2001) / 1000.0f - 1.0f);
+      DeviceBuffer<uint16_t> cand_a(cand_a_host.size());
+      DFLASH_CUDA_CHECK(cudaMemcpy(cand_a.get(), cand_a_host.data(), cand_a_host.size() * 2, cudaMemcpyHostToDevice));
+      DeviceBuffer<float> cand_out(static_cast<size_t>(cand_max_m * 151936));
+      size_t workspace_bytes = 1;
+      for (const Shape& s : shapes) {
+        for (int64_t m : candidate_ms) workspace_bytes = std::max(workspace_bytes, cutlass_mixed_workspace_bytes(m, s.n, s.k));
+      }
+      DeviceBuffer<uint8_t> workspace(workspace_bytes);
+      std::printf("| shape | n x k | format | m | median us | TFLOP/s | x bf16 peak | weight GB/s | x copy rate |\n"
+                  "|---|---|---|---|---|---|---|---|---|\n");
+      for (const Shape& s : shapes) {
+        if (!only_shape.empty() && only_shape != s.name) continue;
+        const int64_t bytes = s.n * s.k;
+        const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
+        for (int64_t m : candidate_ms) {
+          // One prepared launch per weight window: the timed loop only launches.
+          std::vector<CutlassMixedGemm> plans;
+          for (int64_t i = 0; i < windows; ++i) {
+            DeviceMatrixView w;
+            w.format = WeightFormat::kE4M3;
+            w.n = s.n;
+            w.k = s.k;
+            w.k_pad = s.k;
+            w.data = pool.get() + i * bytes;
+            w.scale = scale.get();
+            plans.emplace_back(cand_a.get(), max_k, m, w, cand_out.get(), s.n, workspace.get(), workspace.bytes());
+          }
+          const double us = time_launches([&](int i) { plans[static_cast<size_t>(i % windows)].run(stream); });
+          const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (us * 1e-6);
+          const double rate = static_cast<double>(bytes) / (us * 1e-6);
+          std::printf("| %s | %lld x %lld | e4m3 x bf16 (cutlass) | %lld | %.1f | %.0f | %.2f | %.0f | %.2f |\n", s.name,
+                      static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m), us,
+                      flops / 1e12, flops / peak.bf16, rate / 1e9, bandwidth / rate);
+          std::fflush(stdout);
+        }
+      }
     }
   }
   cudaEventDestroy(start);

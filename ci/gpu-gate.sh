@@ -16,8 +16,10 @@
 #     docs/spec/drafter.md §8, on compare/'s tolerance model: the same-precision pairs, the fp8 envelope
 #     against the bf16 reference, and at Qwen3-8B the envelope's planted-bug negative controls,
 #     with observed/bound ratios in gpu-tests.log), the replay of the oracle and capture fixtures
-#     through dflash-harness when it was staged, the propose benchmark and the GEMM kernel
-#     benchmark (gemm_bench); writes logs, benchmarks.md and summary.txt under DIR (default $OUT).
+#     through dflash-harness when it was staged, the propose benchmark (batch 1-64, HBM floor and
+#     roofline) and the GEMM kernel benchmark (gemm_bench, with the CUTLASS candidate's rows and
+#     its test gpu_gemm_cutlass_mixed_test); writes logs, benchmarks.md and summary.txt under DIR
+#     (default $OUT).
 #     --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant (a
 #     DFLASH_CUDA_KERNELS value, e.g. "gemm=cublaslt,ctx_gemm=auto") runs the drafter
 #     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
@@ -84,7 +86,7 @@ while (($#)); do
   shift
 done
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
 
 if ((remote == 0)); then
@@ -257,7 +259,7 @@ if ((sanitize)); then
 fi
 
 if ((bench_only == 0)); then
-  for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
+  for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
   run_pass ""
   # The GPU observed/bound table of docs/tolerances.md, from the summary lines of the tests above.
   if python3 ci/tolerance_table.py "$tests_log" >"$out_dir/tolerance-table.md" 2>&1; then
@@ -275,7 +277,8 @@ if ((bench_only == 0)); then
     note "FAIL cuda_propose_bench (see bench.log)"
     status=1
   fi
-  tail -n 12 "$out_dir/bench.log" >>"$summary"
+  # The whole table (every batch and context, HBM floor and roofline) and the bar lines.
+  sed -n '/^| precision/,$p' "$out_dir/bench.log" >>"$summary"
 else
   note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi
@@ -291,7 +294,7 @@ if ((gemm_bench == 0)); then
   note "--no-gemm-bench: the GEMM kernel benchmark was not run"
 elif gemm_benches >"$out_dir/gemm-bench.log" 2>&1; then
   note "PASS gemm_bench (gemm-bench.log)"
-  grep -E "^\| lm_head \| .* \| nvfp4 \|" "$out_dir/gemm-bench.log" >>"$summary"
+  grep -E "^\| lm_head \| .* \| nvfp4 \||GEMM peak|^CUTLASS candidate|\(cutlass\)" "$out_dir/gemm-bench.log" >>"$summary"
 else
   note "FAIL gemm_bench (see gemm-bench.log)"
   status=1

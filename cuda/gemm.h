@@ -113,5 +113,10 @@ void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t m, cons
 // raw[m, n] = A·Wᵀ through cuBLASLt (bf16 weights, or the decoded copy of E4M3 ones).
 void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      float* raw, int64_t ld_raw);
+// raw[m, n] = A·Wᵀ through cuBLASLt with E4M3 activations too (W8A8, per-tensor scales of 1):
+// no mode of the drafter uses it; the benchmarks measure the E4M3 tensor-core peak with it.
+// kUnsupported when cuBLASLt has no algorithm for the shape.
+void cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                          float* raw, int64_t ld_raw);
 
 }  // namespace dflash

@@ -13,13 +13,15 @@ namespace {
 
 class LtDescriptors {
  public:
-  LtDescriptors(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw, int64_t ld_out) {
+  // `input`: both operands' type, bf16 or E4M3 (the latter with per-tensor scales of 1).
+  LtDescriptors(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw, int64_t ld_out,
+                cudaDataType_t input = CUDA_R_16BF) {
     DFLASH_CUDA_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
     DFLASH_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
     DFLASH_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
-    DFLASH_CUDA_CHECK(cublasLtMatrixLayoutCreate(&w_, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldw));
-    DFLASH_CUDA_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda));
+    DFLASH_CUDA_CHECK(cublasLtMatrixLayoutCreate(&w_, input, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldw));
+    DFLASH_CUDA_CHECK(cublasLtMatrixLayoutCreate(&a_, input, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda));
     DFLASH_CUDA_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ld_out));
     DFLASH_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&preference_));
   }
@@ -92,6 +94,20 @@ void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   }
   const float alpha = 1.0f, beta = 0.0f;
   DFLASH_CUDA_CHECK(cublasLtMatmul(ctx.lt, d.op_, &alpha, weights, d.w_, a, d.a_, &beta, raw, d.c_, raw, d.c_, &algo,
+                                   ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
+}
+
+void cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                          float* raw, int64_t ld_raw) {
+  if (w.format != WeightFormat::kE4M3) throw internal_error("cublaslt_matmul_e4m3: the weight is not E4M3");
+  LtDescriptors d(m, w.n, w.k, lda, w.k_pad, ld_raw, CUDA_R_8F_E4M3);
+  cublasLtMatmulAlgo_t algo;
+  if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
+    throw unsupported("cuBLASLt has no E4M3 x E4M3 algorithm for m " + std::to_string(m) + ", n " +
+                      std::to_string(w.n) + ", k " + std::to_string(w.k));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  DFLASH_CUDA_CHECK(cublasLtMatmul(ctx.lt, d.op_, &alpha, w.data, d.w_, a, d.a_, &beta, raw, d.c_, raw, d.c_, &algo,
                                    ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
 }
 

@@ -1,0 +1,183 @@
+// The CUTLASS mixed-input candidate (gemm_cutlass_mixed.h). CUTLASS passes the narrower operand
+// through registers and requires it as its operand A, so the product is computed transposed:
+// D[n, m] = W[n, k]·Aᵀ with W (E4M3, K-major: row-major) as A, the activations (K-major: a
+// column-major k × m matrix) as B, and D column-major with leading dimension ld_out, which is
+// out[m, ld_out] row-major. The per-weight-row scale is then a per-row vector of D, broadcast by
+// the epilogue. One kernel configuration only (compile time): 128 × 128 × 64 tiles, the
+// cooperative warp-specialized schedule, no clusters, no split-K, so each output element is
+// reduced over k in the same order whatever m is.
+#include "cuda/gemm_cutlass_mixed.h"
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "core/error.h"
+#include "cuda/cuda_check.h"
+
+namespace dflash {
+namespace {
+
+namespace fusion = cutlass::epilogue::fusion;
+
+using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+constexpr int kAlignWeight = 16;      // elements per 16-byte TMA access: E4M3
+constexpr int kAlignActivation = 8;   // bf16
+constexpr int kAlignOut = 4;          // fp32
+
+// D = scale[row of D] · acc in fp32, rounded to nearest: the fallbacks' epilogue multiplies alike.
+using ScaleByRow = fusion::Sm90EVT<
+    fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
+    fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, kAlignOut>,
+    fusion::Sm90AccFetch>;
+
+// No source matrix C (void): the output is only stored.
+using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlignOut, float,
+    cutlass::layout::ColumnMajor, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative, ScaleByRow>::CollectiveOp;
+
+using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t, cutlass::layout::RowMajor, kAlignWeight,
+    cutlass::bfloat16_t, cutlass::layout::ColumnMajor, kAlignActivation, float, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+
+using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Every argument the kernel relies on, checked on the host; the message names the field.
+void check_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out) {
+  const std::string what = "cutlass mixed GEMM: ";
+  if (w.format != WeightFormat::kE4M3 || w.data == nullptr || w.scale == nullptr) {
+    throw bad_input(what + "the weight must be E4M3 codes with per-row scales");
+  }
+  if (w.bias != nullptr) throw bad_input(what + "the weight has a bias; the candidate has none");
+  if (a == nullptr || out == nullptr) throw bad_input(what + "null activations or output");
+  if (m < 1 || m > INT32_MAX) throw bad_input(what + "m " + std::to_string(m) + " is outside [1, 2^31)");
+  if (w.n < 1 || w.n % kAlignOut != 0 || w.n > INT32_MAX) {
+    throw bad_input(what + "the weight's n " + std::to_string(w.n) + " is not a positive multiple of 4");
+  }
+  if (w.k_pad < 1 || w.k_pad % kGemmKAlign != 0 || w.k_pad > INT32_MAX) {
+    throw bad_input(what + "the weight's k_pad " + std::to_string(w.k_pad) + " is not a positive multiple of 64");
+  }
+  if (lda < w.k_pad || lda % kAlignActivation != 0) {
+    throw bad_input(what + "lda " + std::to_string(lda) + " is below k_pad " + std::to_string(w.k_pad) +
+                    " or not a multiple of 8");
+  }
+  if (ld_out < w.n || ld_out % kAlignOut != 0) {
+    throw bad_input(what + "ld_out " + std::to_string(ld_out) + " is below n " + std::to_string(w.n) +
+                    " or not a multiple of 4");
+  }
+  if (!aligned16(a) || !aligned16(w.data) || !aligned16(w.scale) || !aligned16(out)) {
+    throw bad_input(what + "activations, weight, scales and output must be 16-byte aligned");
+  }
+}
+
+typename Gemm::Arguments make_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                                        float* out, int64_t ld_out) {
+  typename Kernel::StrideA stride_w{};
+  cute::get<0>(stride_w) = w.k_pad;
+  typename Kernel::StrideB stride_a{};
+  cute::get<0>(stride_a) = lda;
+  typename Kernel::StrideD stride_out{};
+  cute::get<1>(stride_out) = ld_out;
+  typename Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {static_cast<int>(w.n), static_cast<int>(m), static_cast<int>(w.k_pad), 1};
+  args.mainloop.ptr_A = static_cast<const cutlass::float_e4m3_t*>(w.data);
+  args.mainloop.dA = stride_w;
+  args.mainloop.ptr_B = reinterpret_cast<const cutlass::bfloat16_t*>(a);
+  args.mainloop.dB = stride_a;
+  // The tree's arguments: {scale broadcast, accumulator fetch, multiply}.
+  args.epilogue.thread = {{w.scale, 0.0f, {}}, {}, {}};
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.ptr_D = out;
+  args.epilogue.dD = stride_out;
+  int device = 0;
+  DFLASH_CUDA_CHECK(cudaGetDevice(&device));
+  DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&args.hw_info.sm_count, cudaDevAttrMultiProcessorCount, device));
+  args.hw_info.device_id = device;
+  return args;
+}
+
+}  // namespace
+
+bool cutlass_mixed_supported(std::string* why) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  if (major != 9 || minor != 0) {
+    if (why) *why = "the CUTLASS candidate is built for sm_90a; this device is compute capability " +
+                    std::to_string(major) + "." + std::to_string(minor);
+    return false;
+  }
+  return true;
+}
+
+size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad) {
+  typename Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {static_cast<int>(n), static_cast<int>(m), static_cast<int>(k_pad), 1};
+  return Gemm::get_workspace_size(args);
+}
+
+struct CutlassMixedGemm::Impl {
+  Gemm gemm;
+};
+
+CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
+                                   int64_t ld_out, void* workspace, size_t workspace_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  check_arguments(a, lda, m, w, out, ld_out);
+  std::string why;
+  if (!cutlass_mixed_supported(&why)) throw unsupported(why);
+  const typename Gemm::Arguments args = make_arguments(a, lda, m, w, out, ld_out);
+  const size_t needed = Gemm::get_workspace_size(args);
+  if (needed > workspace_bytes) {
+    throw bad_input("cutlass mixed GEMM: the workspace of " + std::to_string(workspace_bytes) + " bytes is below the " +
+                    std::to_string(needed) + " it needs");
+  }
+  cutlass::Status status = impl_->gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) {
+    throw bad_input(std::string("cutlass mixed GEMM: cannot implement m ") + std::to_string(m) + ", n " +
+                    std::to_string(w.n) + ", k " + std::to_string(w.k_pad) + ": " + cutlassGetStatusString(status));
+  }
+  status = impl_->gemm.initialize(args, workspace);
+  if (status != cutlass::Status::kSuccess) {
+    throw internal_error(std::string("cutlass mixed GEMM: initialize: ") + cutlassGetStatusString(status));
+  }
+}
+
+CutlassMixedGemm::~CutlassMixedGemm() = default;
+CutlassMixedGemm::CutlassMixedGemm(CutlassMixedGemm&&) noexcept = default;
+CutlassMixedGemm& CutlassMixedGemm::operator=(CutlassMixedGemm&&) noexcept = default;
+
+void CutlassMixedGemm::run(cudaStream_t stream) {
+  const cutlass::Status status = impl_->gemm.run(stream);
+  if (status != cutlass::Status::kSuccess) {
+    throw internal_error(std::string("cutlass mixed GEMM: run: ") + cutlassGetStatusString(status));
+  }
+  DFLASH_CUDA_CHECK_LAUNCH("cutlass mixed GEMM");
+}
+
+void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
+                               const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
+                               size_t workspace_bytes) {
+  CutlassMixedGemm(a, lda, m, w, out, ld_out, workspace, workspace_bytes).run(stream);
+}
+
+}  // namespace dflash
