@@ -18,7 +18,10 @@ void set_device_mutation(Mutation mutation) {
 
 void plant_shifted_row_scale(const float* scales, int64_t rows, bool e4m3) {
   if (!e4m3 || scales == nullptr || rows < 2) return;
+  // The drafter's stream does not synchronize with the legacy stream: the device, before and after.
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
   DFLASH_CUDA_CHECK(cudaMemcpy(const_cast<float*>(scales), scales + 1, sizeof(float), cudaMemcpyDeviceToDevice));
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void plant_bf16_inv_freq(std::vector<float>& inv_freq) {
