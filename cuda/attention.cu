@@ -548,7 +548,9 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
   const int64_t total_keys = static_cast<int64_t>(a.window_length[b]) + a.block_width;
   const int chunks = static_cast<int>((total_keys + kAttentionChunk - 1) / kAttentionChunk);
   int64_t base = ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + i) * a.max_chunks;
-  DFLASH_DEVICE_MUTATE(kAttentionWrongHead, base = ((static_cast<int64_t>(b) * a.num_heads + (head + 1) % a.num_heads) * a.max_block_width + i) * a.max_chunks);
+  DFLASH_DEVICE_MUTATE(kAttentionWrongHead,
+                       base = ((static_cast<int64_t>(b) * a.num_heads + (head + 1) % a.num_heads) * a.max_block_width + i) *
+                              a.max_chunks);
   const float* max_sum = a.partial_max_sum + base * 2;
   const float* partial = a.partial_out + base * d;
 

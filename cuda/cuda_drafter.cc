@@ -185,7 +185,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
-  DFLASH_MUTATE(mutation_, kFp8RowScale, plant_shifted_row_scale(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
+  DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
   inv_freq_.allocate(rope_.inv_freq.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 

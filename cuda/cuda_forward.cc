@@ -282,7 +282,8 @@ void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
   up(d_window_length_, h_window_length_, static_cast<size_t>(nb));
   up(d_first_page_, h_first_page_, static_cast<size_t>(nb));
   up(d_block_tables_, h_block_tables_, static_cast<size_t>(nb) * max_pages_per_seq_);
-  DFLASH_UNLESS_MUTANT(mutation_, kGraphBakedPositions, options_.graphs && graphs_.count(std::make_pair(width, nb)) && graphs_[std::make_pair(width, nb)].exec)
+  DFLASH_UNLESS_MUTANT(mutation_, kGraphBakedPositions,
+                       options_.graphs && graphs_.count(std::make_pair(width, nb)) && graphs_[std::make_pair(width, nb)].exec)
   up(d_positions_, h_positions_, static_cast<size_t>(nb) * width);
   last_batch_ = nb;
   last_width_ = width;
@@ -610,7 +611,10 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   } else {
     launch("argmax", [=] { launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl); });
   }
-  DFLASH_MUTATE(mutation_, kBlockRowsInPool, launch("argmax", [=] { plant_block_rows_in_pool(k_block_.get(), v_block_.get(), k_pool_.back().get(), v_pool_.back().get(), static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size, rows, kv_dim, stream_); }));
+  DFLASH_MUTATE(mutation_, kBlockRowsInPool, launch("argmax", [=] {
+    plant_block_rows_in_pool(k_block_.get(), v_block_.get(), k_pool_.back().get(), v_pool_.back().get(),
+                             static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size, rows, kv_dim, stream_);
+  }));
   return launches;
 }
 

@@ -16,11 +16,14 @@ void set_device_mutation(Mutation mutation) {
   set_device_mutation_gemm_mma(mutation);
 }
 
-void plant_shifted_row_scale(const float* scales, int64_t rows, bool e4m3) {
-  if (!e4m3 || scales == nullptr || rows < 2) return;
+void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3) {
+  if (!e4m3 || scales == nullptr || rows < 1) return;
+  std::vector<float> host(static_cast<size_t>(rows));
   // The drafter's stream does not synchronize with the legacy stream: the device, before and after.
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
-  DFLASH_CUDA_CHECK(cudaMemcpy(const_cast<float*>(scales), scales + 1, sizeof(float), cudaMemcpyDeviceToDevice));
+  DFLASH_CUDA_CHECK(cudaMemcpy(host.data(), scales, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (float& s : host) s = s * 448.0f / 240.0f;  // absmax/240 (E4M3FNUZ's largest) for absmax/448 (E4M3's)
+  DFLASH_CUDA_CHECK(cudaMemcpy(const_cast<float*>(scales), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

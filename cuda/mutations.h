@@ -62,8 +62,9 @@ void set_device_mutation_elementwise(Mutation mutation);
 void set_device_mutation_gemm_mma(Mutation mutation);
 
 // Host-side helpers of the hooks that need more than one statement.
-// Row 0 of an E4M3 weight takes row 1's scale (an off-by-one in the scale index); bf16: nothing.
-void plant_shifted_row_scale(const float* scales, int64_t rows, bool e4m3);
+// An E4M3 weight's row scales taken for E4M3FNUZ's range (largest 240) while its codes use E4M3's
+// (largest 448): every row dequantized 448/240 times too large; bf16: nothing.
+void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3);
 // inv_freq rounded to bf16 (a table kept in the activation type): angles drift with the position.
 void plant_bf16_inv_freq(std::vector<float>& inv_freq);
 // The block tables written page-major ([page][sequence]) into a buffer read sequence-major.

@@ -76,7 +76,10 @@ bool is_fixture(const std::string& path, const std::string& where) {
 std::optional<ReplayFailure> first_failure_of(const json& result) {
   std::optional<ReplayFailure> divergence;
   const json& d = result["first_divergence"];
-  if (!d.is_null()) divergence = ReplayFailure{d.value("step", -1), CatchCheck::kReplay, d["stage"].get<std::string>(), d["text"].get<std::string>()};
+  if (!d.is_null()) {
+    divergence = ReplayFailure{d.value("step", -1), CatchCheck::kReplay, d["stage"].get<std::string>(),
+                               d["text"].get<std::string>()};
+  }
   std::vector<ReplayFailure> invariants;
   for (const json& f : result["invariant_failures"]) {
     invariants.push_back({f.value("step", -1), CatchCheck::kInvariant, f.value("invariant", std::string("?")),
