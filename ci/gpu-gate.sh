@@ -46,9 +46,24 @@
 #     64 and the layer chain only) and over one replay of fixtures/oracle/tiny-gqa on the CUDA
 #     drafter in fp8; any report fails the gate. --sanitize-filter FILTER replaces the gtest filter.
 #     Exit 0 when every step passed, 1 otherwise.
+#
+# The catch suite of planted kernel bugs (cuda/mutations.h, docs/catch-rate.md), its own build and call:
+#   ci/gpu-gate.sh --mutations [--build-dir DIR]
+#     here: configures DIR (default build-mutations) with -DDFLASH_MUTATIONS=ON and stages only what the
+#     suite runs (dflash-harness, properties_drafter_test, mutation_catch_table, libhwy, libsleef) as
+#     .gpu-mutations/bundle.tgz (git-ignored, carried to the device).
+#   ci/gpu-gate.sh --remote --mutations [--out DIR] [--mutation-ids "ID ..."]
+#     on the device machine: for the unmutated build (id none) and every mutation (or those listed),
+#     replays every fixture the gate replays (fixtures/oracle, fixtures/recorded, fixtures/blind-spots)
+#     with `dflash-harness replay --backend both --warmup 1` in bf16 and in fp8, DFLASH_MUTATION=<id>;
+#     a mutation no replay fails also runs the CUDA properties (properties_drafter_test). Then
+#     mutation_catch_table judges every mutation against its registry row and writes the catch table
+#     (catch-table.md, the format of docs/catch-rate.md) and summary.txt; the control must have no
+#     failure. Exit 0 when every mutation is caught as declared and the control is clean.
 # Example:
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
 #   then run(command="ci/gpu-gate.sh --remote --sanitize", carry=[".gpu"], timeout_s=600)
+#   ci/gpu-gate.sh --mutations && run(command="ci/gpu-gate.sh --remote --mutations", carry=[".gpu-mutations"], timeout_s=600)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -64,7 +79,9 @@ bench_only=0
 sanitize=0
 sanitize_filter=""
 gemm_bench=1
-build_dir=build-cuda
+mutations=0
+mutation_ids=""
+build_dir=""
 out_dir=${OUT:-}
 while (($#)); do
   case "$1" in
@@ -81,13 +98,41 @@ while (($#)); do
     --sanitize) sanitize=1 ;;
     --sanitize-filter) sanitize_filter=$2; shift ;;
     --no-gemm-bench) gemm_bench=0 ;;
+    --mutations) mutations=1 ;;
+    --mutation-ids) mutation_ids=$2; shift ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 
+if [ -z "$build_dir" ]; then
+  build_dir=build-cuda
+  ((mutations)) && build_dir=build-mutations
+fi
+
 gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
+
+if ((remote == 0 && mutations)); then
+  set -e
+  [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_MUTATIONS=ON \
+    -DDFLASH_BUILD_BENCHMARKS=OFF >/dev/null
+  ninja -C "$build_dir" -j "$(nproc)" dflash-harness properties_drafter_test mutation_catch_table
+  rm -rf .gpu-mutations && mkdir -p .gpu-mutations
+  cp "$build_dir/tools/dflash-harness" "$build_dir/tests/properties/properties_drafter_test" \
+    "$build_dir/tests/catch/mutation_catch_table" .gpu-mutations/
+  cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 .gpu-mutations/
+  strip --strip-unneeded .gpu-mutations/* 2>/dev/null || true
+  staged=$(ls .gpu-mutations | tr '\n' ' ')
+  tar -czf .gpu-mutations-bundle.tgz -C .gpu-mutations . && rm -rf .gpu-mutations && mkdir .gpu-mutations &&
+    mv .gpu-mutations-bundle.tgz .gpu-mutations/bundle.tgz
+  size=$(du -sm .gpu-mutations | cut -f1)
+  echo "ci/gpu-gate.sh: staged .gpu-mutations/bundle.tgz (${size} MiB): $staged"
+  # Carried with .gpu/ (or alone), the total must stay under the 64 MiB a call may carry.
+  if ((size >= 30)); then echo "ci/gpu-gate.sh: .gpu-mutations/ is too large to carry" >&2; exit 1; fi
+  exit 0
+fi
 
 if ((remote == 0)); then
   set -e
@@ -113,9 +158,12 @@ if ((remote == 0)); then
   exit 0
 fi
 
-if [ -f .gpu/bundle.tgz ]; then
-  tar -xzf .gpu/bundle.tgz -C .gpu && rm -f .gpu/bundle.tgz || { echo "ci/gpu-gate.sh: cannot unpack .gpu/bundle.tgz" >&2; exit 2; }
-fi
+for staged_dir in .gpu .gpu-mutations; do
+  if [ -f "$staged_dir/bundle.tgz" ]; then
+    tar -xzf "$staged_dir/bundle.tgz" -C "$staged_dir" && rm -f "$staged_dir/bundle.tgz" ||
+      { echo "ci/gpu-gate.sh: cannot unpack $staged_dir/bundle.tgz" >&2; exit 2; }
+  fi
+done
 
 # --- on the device machine ---
 [ -n "$out_dir" ] || { echo "ci/gpu-gate.sh --remote: no output folder (--out or \$OUT)" >&2; exit 2; }
@@ -129,7 +177,7 @@ export DFLASH_REF_THREADS=${DFLASH_REF_THREADS:-$(nproc)}
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-if ! ldd .gpu/cuda_propose_bench | grep -q "libcublasLt.so.13 => /"; then
+if ! ldd .gpu/cuda_propose_bench 2>/dev/null | grep -q "libcublasLt.so.13 => /"; then
   lt=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
   [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt"):$LD_LIBRARY_PATH"
 fi
@@ -232,6 +280,48 @@ sanitize_run() {
     status=1
   fi
 }
+
+if ((mutations)); then
+  m=.gpu-mutations
+  for t in dflash-harness properties_drafter_test mutation_catch_table; do
+    [ -x "$m/$t" ] || { note "FAIL --mutations: $m/$t not staged (ci/gpu-gate.sh --mutations here first)"; note "gpu-gate: FAIL"; exit 1; }
+  done
+  # The reports stay on the device (a few files come back): only the table and the summary return.
+  reports=$(mktemp -d)
+  fixtures=(fixtures/oracle/*/ fixtures/recorded/*/ fixtures/blind-spots/*/)  # those run_pass replays
+  ids=(none)
+  if [ -n "$mutation_ids" ]; then read -ra listed <<<"$mutation_ids"; ids+=("${listed[@]}"); else mapfile -t -O 1 ids < <("$m/mutation_catch_table" --list); fi
+  for id in "${ids[@]}"; do
+    start=$(date +%s)
+    codes=""
+    for precision in bf16 fp8; do
+      DFLASH_MUTATION=$id timeout 240 "$m/dflash-harness" replay "${fixtures[@]}" --backend both --precision "$precision" \
+        --warmup 1 --json "$reports/$id.$precision.json" >"$reports/$id.$precision.log" 2>&1
+      codes+=" $precision exit $?"
+    done
+    # Only a mutation that no replay failed runs the properties (whose first failure then names it).
+    if [ "$id" != none ] && [ "$codes" = " bf16 exit 0 fp8 exit 0" ]; then
+      DFLASH_MUTATION=$id timeout 240 "$m/properties_drafter_test" --gtest_filter="*Cuda*:*cuda*" >"$reports/$id.property.log" 2>&1
+      codes+=", properties exit $?"
+      grep -m1 -E "^\[  FAILED  \]" "$reports/$id.property.log" | sed 's/^\[  FAILED  \] //' >"$reports/$id.property.txt"
+    fi
+    note "mutation $id:$codes ($(($(date +%s) - start)) s)"
+  done
+  if [ "${#ids[@]}" -gt 1 ] && [ -n "$mutation_ids" ]; then
+    note "--mutation-ids: only ${ids[*]} ran; the table below marks the others as not replayed"
+  fi
+  "$m/mutation_catch_table" "$reports" --markdown "$out_dir/catch-table.md" >>"$summary" 2>&1
+  rc=$?
+  cat "$out_dir/catch-table.md" 2>/dev/null
+  ((rc == 0)) || status=1
+  # The control's and the misses' logs, when something failed, in one file.
+  if ((status)); then
+    for f in "$reports"/*.log; do echo "=== $(basename "$f")"; tail -n 20 "$f"; done >"$out_dir/mutation-logs.txt"
+  fi
+  rm -rf "$reports"
+  note "gpu-gate --mutations: $( ((status == 0)) && echo PASS || echo FAIL )"
+  exit $status
+fi
 
 if ((sanitize)); then
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/stages.h"
+
 namespace dflash {
 
 const char* catch_check_name(CatchCheck check) {
@@ -25,7 +27,22 @@ std::string cell(const std::string& text) {
   for (char c : text) out += c == '|' ? '/' : (c == '\n' ? ' ' : c);
   return out;
 }
+
+// Position of a failure within its step, in the order first_failure() documents.
+int order_in_step(const ReplayFailure& f) {
+  if (f.check == CatchCheck::kReplay) return f.named == stage_name(StageKind::kCtxProj) ? 0 : 2;
+  return f.named == "kv-stored" ? 1 : 3;
+}
 }  // namespace
+
+std::optional<ReplayFailure> first_failure(const std::optional<ReplayFailure>& divergence,
+                                           const std::vector<ReplayFailure>& invariants) {
+  std::optional<ReplayFailure> first = divergence;
+  for (const ReplayFailure& f : invariants) {
+    if (!first || f.step < first->step || (f.step == first->step && order_in_step(f) < order_in_step(*first))) first = f;
+  }
+  return first;
+}
 
 std::string format_catch_table(const std::vector<CatchResult>& results) {
   std::ostringstream os;

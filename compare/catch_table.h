@@ -2,6 +2,7 @@
 // that check must name, and what the harness actually did. One format for the CPU catch suite
 // (tests/catch/) and for planted kernel bugs on the GPU, so both tables read and compare alike.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,21 @@ struct CatchResult {
   // Caught by the declared check, naming the declared stage.
   bool as_declared() const;
 };
+
+// One failure a replay reported: a stage's divergence (kReplay) or an invariant (kInvariant).
+struct ReplayFailure {
+  int step = -1;
+  CatchCheck check = CatchCheck::kReplay;
+  std::string named;  // the stage or the invariant
+  std::string detail;
+};
+
+// The failure the harness names first, from a replay's first divergence and its invariant failures
+// (in report order): the earliest step; within one step, in the order a propose computes them: a
+// ctx_proj divergence, then kv-stored (the context K/V written before the block forward reads
+// them), then any other divergence, then the other invariants (checked after the propose).
+std::optional<ReplayFailure> first_failure(const std::optional<ReplayFailure>& divergence,
+                                           const std::vector<ReplayFailure>& invariants);
 
 // A Markdown table, one row per result in the given order:
 // | id | class | caught | by | first stage named | declared | as declared | where |

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.cuh"
+#include "cuda/mutations.cuh"
 
 namespace dflash {
 namespace {
@@ -546,7 +547,10 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
   const int d = a.head_dim;
   const int64_t total_keys = static_cast<int64_t>(a.window_length[b]) + a.block_width;
   const int chunks = static_cast<int>((total_keys + kAttentionChunk - 1) / kAttentionChunk);
-  const int64_t base = ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + i) * a.max_chunks;
+  int64_t base = ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + i) * a.max_chunks;
+  DFLASH_DEVICE_MUTATE(kAttentionWrongHead,
+                       base = ((static_cast<int64_t>(b) * a.num_heads + (head + 1) % a.num_heads) * a.max_block_width + i) *
+                              a.max_chunks);
   const float* max_sum = a.partial_max_sum + base * 2;
   const float* partial = a.partial_out + base * d;
 
@@ -806,5 +810,7 @@ void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cud
   launch_attention_chunks(choice, a, stream, pdl);
   launch_attention_combine(choice, a, stream, pdl);
 }
+
+DFLASH_DEVICE_MUTATION_SETTER(attention)
 
 }  // namespace dflash

@@ -102,7 +102,17 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
+#ifdef DFLASH_MUTATIONS
+  mutation_ = read_planted_mutation();
+#else
+  read_planted_mutation();  // refuses a request: this build plants no bug
+#endif
   require_device(options_.device);
+#ifdef DFLASH_MUTATIONS
+  set_device_mutation(mutation_);
+  DFLASH_MUTATE(mutation_, kYarnAttentionFactor, rope_.attention_scaling = 1.0f);
+  DFLASH_MUTATE(mutation_, kInvFreqBf16, plant_bf16_inv_freq(rope_.inv_freq));
+#endif
   cudaDeviceProp prop;
   DFLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
@@ -175,6 +185,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
+  DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
   inv_freq_.allocate(rope_.inv_freq.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 
@@ -282,6 +293,9 @@ std::string CudaDrafter::name() const { return std::string("cuda-") + precision_
 std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   std::vector<std::pair<std::string, std::string>> d;
   d.emplace_back("implementation", "cuda");
+#ifdef DFLASH_MUTATIONS
+  d.emplace_back("planted_mutation", mutation_id(mutation_));  // a build for the catch suite
+#endif
   d.emplace_back("device", device_name_);
   const char* precision_source =
       options_.precision.empty() ? "settings" : "DFLASH_CUDA_PRECISION / CudaOptions::precision";

@@ -30,6 +30,7 @@
 #include "cuda/device_weights.h"
 #include "cuda/grouped_conv.h"
 #include "cuda/kernel_plan.h"
+#include "cuda/mutations.h"
 
 namespace dflash {
 
@@ -148,6 +149,9 @@ class CudaDrafter final : public PagedProposer {
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
   int last_batch_ = 0, last_width_ = 0;
   std::vector<int> last_seqs_;  // the sequences of the last propose, in batch order
+#ifdef DFLASH_MUTATIONS
+  Mutation mutation_ = Mutation::kNone;  // the planted bug of this process (cuda/mutations.h)
+#endif
 };
 
 }  // namespace dflash

@@ -186,6 +186,7 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
         uint16_t* dst = h_ctx_.get() + i * ld_ctx_;
         for (int64_t c = 0; c < width; ++c) dst[c] = float_to_bf16_bits(src[c]);  // padding stays zero
         h_ctx_positions_.get()[i] = r.position;
+        DFLASH_MUTATE(mutation_, kStaleKey, if (begin + static_cast<size_t>(i) == 1) h_ctx_positions_.get()[i] = rows[0].position);
         h_ctx_slots_.get()[i] = r.slot;
       }
     });
@@ -266,10 +267,13 @@ void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
     h_anchors_.get()[b] = in.anchor;
     h_window_begin_.get()[b] = v.window_begin;
     h_window_length_.get()[b] = static_cast<int32_t>(v.window_size());
+    DFLASH_MUTATE(mutation_, kAnchorLeak, h_anchors_.get()[b] = batch[0].anchor);
+    DFLASH_MUTATE(mutation_, kWindowOneShort, if (v.window_begin > 0) { ++h_window_begin_.get()[b]; --h_window_length_.get()[b]; });
     h_first_page_.get()[b] = v.first_logical_page;
     std::copy(v.block_table.begin(), v.block_table.end(), h_block_tables_.get() + static_cast<int64_t>(b) * max_pages_per_seq_);
     for (int i = 0; i < width; ++i) h_positions_.get()[b * width + i] = in.start + i;
   }
+  DFLASH_MUTATE(mutation_, kPageTableOrder, plant_page_major_tables(h_block_tables_.get(), nb, max_pages_per_seq_));
   auto up = [&](auto& device, auto& host, size_t count) {
     DFLASH_CUDA_CHECK(cudaMemcpyAsync(device.get(), host.get(), count * sizeof(*host.get()), cudaMemcpyHostToDevice, stream_));
   };
@@ -278,6 +282,8 @@ void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
   up(d_window_length_, h_window_length_, static_cast<size_t>(nb));
   up(d_first_page_, h_first_page_, static_cast<size_t>(nb));
   up(d_block_tables_, h_block_tables_, static_cast<size_t>(nb) * max_pages_per_seq_);
+  DFLASH_UNLESS_MUTANT(mutation_, kGraphBakedPositions,
+                       options_.graphs && graphs_.count(std::make_pair(width, nb)) && graphs_[std::make_pair(width, nb)].exec)
   up(d_positions_, h_positions_, static_cast<size_t>(nb) * width);
   last_batch_ = nb;
   last_width_ = width;
@@ -313,6 +319,7 @@ RmsNormArgs CudaDrafter::rmsnorm_args(const float* in, const float* weight, uint
   norm.weight = weight;
   norm.cols = config_.hidden_size;
   norm.eps = static_cast<float>(config_.rms_norm_eps);
+  DFLASH_MUTATE(mutation_, kEpsIgnored, norm.eps = 0.0f);
   norm.out = out;
   norm.ld_out = ld_hidden_;
   norm.draft_out = draft_out;
@@ -524,6 +531,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     att.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
     att.max_chunks = max_chunks_;
     att.max_block_width = max_width_;
+    DFLASH_MUTATE(mutation_, kGammaSizedBuffer, att.max_block_width = settings_.gamma);
     att.partial_out = attn_partial_.get();
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
@@ -533,7 +541,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     tap(stage_name(StageKind::kAttn, l), attn_.get(), true, q_dim, ld_q_);
 
     // DFlash2: o_proj's output goes through attention_conv.finish before the residual add.
-    const DeviceMatrixView o = layer.o.view();
+    DeviceMatrixView o = layer.o.view();
+    DFLASH_MUTATE(mutation_, kBiasIgnored, o.bias = nullptr);
     float* o_tap = taps ? o_out_.get() : nullptr;
     const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
     launch("o", [=] { enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, o, o_epilogue); });
@@ -602,6 +611,10 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   } else {
     launch("argmax", [=] { launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl); });
   }
+  DFLASH_MUTATE(mutation_, kBlockRowsInPool, launch("argmax", [=] {
+    plant_block_rows_in_pool(k_block_.get(), v_block_.get(), k_pool_.back().get(), v_pool_.back().get(),
+                             static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size, rows, kv_dim, stream_);
+  }));
   return launches;
 }
 

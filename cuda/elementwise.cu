@@ -7,6 +7,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/mutations.cuh"
 #include "cuda/rmsnorm_row.cuh"
 
 namespace dflash {
@@ -211,6 +212,12 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
   const float r = inverse_rms(ss, a.head_dim, a.eps);
   const float* w = task.kind == 0 ? a.q_norm : a.k_norm;
   const float position = __ll2float_rn(a.positions[row]);
+  DFLASH_DEVICE_MUTATE(kRopePairLayout, for (int j = lane; j < half; j += 32) {
+    float o1, o2;
+    rotate_pair(a, w, x[2 * j], x[2 * j + 1], r, j, position, &o1, &o2);
+    dst[2 * j] = __float2bfloat16_rn(o1);
+    dst[2 * j + 1] = __float2bfloat16_rn(o2);
+  } return);
   for (int j = lane; j < half; j += 32) {
     float o1, o2;
     rotate_pair(a, w, x[j], x[j + half], r, j, position, &o1, &o2);
@@ -409,5 +416,7 @@ cudaError_t run_device_probe() {
   cudaFree(flag);
   return status;
 }
+
+DFLASH_DEVICE_MUTATION_SETTER(elementwise)
 
 }  // namespace dflash

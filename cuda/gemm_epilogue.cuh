@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/gemm.h"
+#include "cuda/mutations.cuh"
 
 namespace dflash {
 
@@ -32,6 +33,7 @@ inline EpilogueArgs make_epilogue_args(const DeviceMatrixView& w, int64_t m, con
 __device__ __forceinline__ bool argmax_better(float a, int ia, float b, int ib) {
   const bool a_nan = isnan(a), b_nan = isnan(b);
   if (a_nan != b_nan) return a_nan;
+  DFLASH_DEVICE_MUTATE(kArgmaxTieOrder, if (!a_nan && a == b) return ia > ib);
   if (!a_nan && a != b) return a > b;
   return ia < ib;
 }

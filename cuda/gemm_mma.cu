@@ -44,6 +44,7 @@
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/gemm_tiles.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/mutations.cuh"
 
 namespace dflash {
 namespace {
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(kThreads, (DeepStages<kFp8, NT, kSolo>::kMinBl
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int64_t n0 = p.n_begin + static_cast<int64_t>(blockIdx.y) * NT * 8;
+  DFLASH_DEVICE_MUTATE(kGemmKTail, if (p.m == 7 && p.k_tiles > 1) p.k_tiles -= 1);
   const int tiles = warp_tiles(p.k_tiles, warp);
   uint8_t* ring = smem + static_cast<size_t>(warp) * S * L::kStageBytes;
   // The next kernel of a PDL chain may be scheduled at the iteration after this warp's last weight
@@ -458,5 +460,7 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
     if (m <= 16) launch_small_m<false>(columns, ctx.stream, ctx.pdl, ctx.sm_count, p, w.n); else launch<false, 4, 4>(ctx.stream, ctx.pdl, p, m, w.n);
   }
 }
+
+DFLASH_DEVICE_MUTATION_SETTER(gemm_mma)
 
 }  // namespace dflash

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/elementwise.h"
+#include "cuda/mutations.cuh"
 
 namespace dflash {
 namespace rmsnorm_row {
@@ -78,6 +79,7 @@ __device__ __forceinline__ void store_row(const RmsNormArgs& a, int64_t row, con
     const int64_t draft_row = row / a.block_width * (a.block_width - 1) + (row % a.block_width - 1);
     draft = reinterpret_cast<__nv_bfloat16*>(a.draft_out) + draft_row * a.ld_out;
   }
+  DFLASH_DEVICE_MUTATE(kDraftRowShift, if (draft != nullptr) draft = row % a.block_width + 1 < a.block_width ? draft + a.ld_out : nullptr);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
 #pragma unroll

@@ -65,6 +65,7 @@ class ReferenceDrafter final : public PagedProposer {
     }
     std::vector<ProposeOutput> outputs = engine_->propose(steps, block_g_, want_taps);
     if (fault_ == PlantedFault::kKeepsBlockRow) keep_block_rows(steps);
+    if (fault_ == PlantedFault::kStaleKey) write_stale_key(steps);
     return outputs;
   }
 
@@ -151,6 +152,7 @@ class ReferenceDrafter final : public PagedProposer {
         break;
       case PlantedFault::kNone:
       case PlantedFault::kKeepsBlockRow:
+      case PlantedFault::kStaleKey:
         break;
     }
   }
@@ -165,6 +167,22 @@ class ReferenceDrafter final : public PagedProposer {
       kept.first_position = s.start - 1;
       kept.new_slots = {(s.window_slots.back() + 1) % pool_slots()};
       engine_->ingest({kept});
+    }
+  }
+
+  // kStaleKey: the first window of kStaleKeyWindow positions or more that received two rows or
+  // more gets, in the slot of its middle new row, the K/V of the row before (what a stale staging
+  // buffer leaves); once per drafter.
+  void write_stale_key(const std::vector<SequenceStep>& steps) {
+    for (const SequenceStep& s : steps) {
+      const int64_t n = static_cast<int64_t>(s.new_slots.size());
+      if (stale_key_written_ || n < 2 || static_cast<int64_t>(s.window_slots.size()) < kStaleKeyWindow) continue;
+      SequenceStep stale = s;
+      stale.first_row = s.first_row + n / 2 - 1;
+      stale.first_position = s.first_position + n / 2 - 1;
+      stale.new_slots = {s.new_slots[static_cast<size_t>(n / 2)]};
+      engine_->ingest({stale});
+      stale_key_written_ = true;
     }
   }
 
@@ -197,6 +215,7 @@ class ReferenceDrafter final : public PagedProposer {
   const Dflash2Fault dflash2_fault_;
   std::unique_ptr<DrafterEngine> engine_;
   const PlantedFault fault_;
+  bool stale_key_written_ = false;  // kStaleKey plants one key per drafter
   std::vector<AttentionSpan> spans_;
 };
 

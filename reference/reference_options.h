@@ -17,7 +17,11 @@ enum class PlantedFault {
   kKeepsBlockRow,    // a propose also writes into the slot after its window (a block row kept)
   kStaleRead,        // attention reads the slot before the window's oldest in place of the oldest
   kReadsPastWindow,  // attention is also handed the slot after the window's newest (one row too many)
+  kStaleKey,         // once, in a window of at least kStaleKeyWindow positions, one slot keeps the K/V
+                     // of the position before it (a single stale key among hundreds)
 };
+// The shortest window kStaleKey is planted in: long enough that one key weighs little in attention.
+constexpr int64_t kStaleKeyWindow = 512;
 
 struct ReferenceOptions {
   int threads = 1;  // >= 1

@@ -5,7 +5,7 @@
 // RapidCheck property. Prints the catch table (and writes it to catch-table.md in the working
 // directory); a miss, or a catch by another check or at another stage, fails the test.
 #include <algorithm>
-#include <climits>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -36,24 +36,33 @@ std::string fixture_path(const std::string& relative) { return std::string(DFLAS
 // must stand out of a real drafter's tolerance (an fp64 lane's bound would flag far less).
 constexpr Precision kLanePrecision = Precision::kFp32;
 
+// As `dflash-harness replay` runs a drafter: freed pages poisoned, and the stored K/V checked
+// against the reference's recomputation (compare/kv_invariants.h) after every step.
 ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir) {
   Fixture fixture = read_fixture(fixture_path(fixture_dir));
   fixture.load_weights();
-  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, fixture.head, kLanePrecision);
-  return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true}}, {});
+  HeadSettings head = fixture.head;
+  head.poison_freed_pages = true;
+  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, kLanePrecision);
+  const int64_t window = head.resolved(fixture.config).max_window();
+  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, kLanePrecision, window);
+  return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true, recompute}}, {});
 }
 
-// What the replay named first: the earliest divergence, or an invariant failure at an earlier step.
+// What the replay named first (compare/catch_table.h first_failure).
 CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
   CatchResult r{bug};
-  const int divergence_step = result.first_divergence ? result.first_divergence->step : INT32_MAX;
-  const InvariantFailure* invariant = result.invariant_failures.empty() ? nullptr : &result.invariant_failures.front();
-  if (invariant != nullptr && invariant->step < divergence_step) {
-    r.caught = true, r.check = CatchCheck::kInvariant, r.named = invariant->invariant;
-    r.detail = "step " + std::to_string(invariant->step) + ": " + invariant->detail;
-  } else if (result.first_divergence) {
-    r.caught = true, r.check = CatchCheck::kReplay, r.named = result.first_divergence->stage;
-    r.detail = describe_divergence(*result.first_divergence);
+  std::optional<ReplayFailure> divergence;
+  if (result.first_divergence) {
+    divergence = ReplayFailure{result.first_divergence->step, CatchCheck::kReplay, result.first_divergence->stage,
+                               describe_divergence(*result.first_divergence)};
+  }
+  std::vector<ReplayFailure> invariants;
+  for (const InvariantFailure& f : result.invariant_failures) {
+    invariants.push_back({f.step, CatchCheck::kInvariant, f.invariant, "step " + std::to_string(f.step) + ": " + f.detail});
+  }
+  if (const std::optional<ReplayFailure> first = first_failure(divergence, invariants)) {
+    r.caught = true, r.check = first->check, r.named = first->named, r.detail = first->detail;
   }
   return r;
 }
@@ -67,7 +76,9 @@ struct ReplayBug {
 std::vector<ReplayBug> replay_bugs() {
   const CatchCheck replay = CatchCheck::kReplay;
   return {
-      {{"default-rope-theta", "RoPE frequencies", replay, "L0.q", "oracle/tiny-gqa"}, prop::default_rope_theta},
+      // The context keys are rotated and stored before the block's queries: kv-stored comes first.
+      {{"default-rope-theta", "RoPE frequencies", CatchCheck::kInvariant, "kv-stored", "oracle/tiny-gqa"},
+       prop::default_rope_theta},
       {{"bf16-posing-as-fp32", "precision", replay, "ctx_proj", "oracle/tiny-gqa"}, prop::bf16_posing_as_fp32},
       {{"leaky-batch", "leak between sequences", replay, "ctx_proj", "oracle/batch-widths-release"}, prop::leaky_batch},
       {{"stale-graph-replay", "per-step value baked into a graph", replay, "logits", "oracle/tiny-mha"},
@@ -84,6 +95,10 @@ std::vector<ReplayBug> replay_bugs() {
       {{"window-off-by-one-cap16", "window edge", replay, "ctx_proj", "blind-spots/window-cap16"}, prop::window_off_by_one},
       {{"stale-context-row", "stale row in the cache", replay, "ctx_proj", "blind-spots/long-window"},
        prop::stale_context_row},
+      // One stale key among more than 512: its weight in attention is diluted, the per-key check is not.
+      {{"stale-key-long-window", "stale key in a long window", CatchCheck::kInvariant, "kv-stored",
+        "blind-spots/long-window"},
+       prop::planting(PlantedFault::kStaleKey, "stale-key")},
   };
 }
 
@@ -97,6 +112,24 @@ std::vector<std::string> fixtures_of(const std::vector<ReplayBug>& bugs) {
     if (std::find(dirs.begin(), dirs.end(), b.bug.where) == dirs.end()) dirs.push_back(b.bug.where);
   }
   return dirs;
+}
+
+// The naming rule: the earliest step; within a step ctx_proj, kv-stored, other stages, other invariants.
+TEST(CatchSuite, FirstFailureFollowsTheOrderOfAPropose) {
+  const CatchCheck replay = CatchCheck::kReplay, invariant = CatchCheck::kInvariant;
+  auto named = [](const std::optional<ReplayFailure>& d, const std::vector<ReplayFailure>& inv) {
+    const std::optional<ReplayFailure> f = first_failure(d, inv);
+    return f ? f->named + "@" + std::to_string(f->step) : std::string("none");
+  };
+  EXPECT_EQ(named(std::nullopt, {}), "none");
+  EXPECT_EQ(named(ReplayFailure{2, replay, "L0.q", ""}, {}), "L0.q@2");
+  EXPECT_EQ(named(ReplayFailure{2, replay, "L0.q", ""}, {{1, invariant, "attention-window", ""}}), "attention-window@1");
+  EXPECT_EQ(named(ReplayFailure{2, replay, "L0.q", ""}, {{2, invariant, "attention-window", ""}}), "L0.q@2");
+  EXPECT_EQ(named(ReplayFailure{2, replay, "L0.q", ""}, {{2, invariant, "attention-window", ""}, {2, invariant, "kv-stored", ""}}),
+            "kv-stored@2");
+  EXPECT_EQ(named(ReplayFailure{2, replay, "ctx_proj", ""}, {{2, invariant, "kv-stored", ""}}), "ctx_proj@2");
+  EXPECT_EQ(named(std::nullopt, {{3, invariant, "kv-outside-window", ""}, {3, invariant, "kv-poison", ""}}),
+            "kv-outside-window@3");
 }
 
 // The control: the working reference passes every fixture the suite uses (no false alarm).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/reference_options.h"
 #include "tests/properties/backends.h"
 
 namespace dflash::prop {
@@ -30,6 +31,8 @@ std::vector<BrokenVariant> generic_broken_variants();
 // wrong slot written, a block row kept, a stale slot read, one row read past the window. Each must
 // fail with the name of the stored-state check that sees it (reference_backend.cc).
 std::vector<BrokenVariant> planted_fault_variants();
+// The reference with `fault` planted (ReferenceOptions::fault), named "<base>+<name>".
+std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name);
 
 // Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
 void expect_caught(const Backend& base, const BrokenVariant& variant);

@@ -5,9 +5,7 @@
 #include "tests/properties/proposer_properties.h"
 
 namespace dflash::prop {
-namespace {
 
-// The reference with `fault` planted (ReferenceOptions::fault), named after it.
 std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name) {
   return [fault, name](const Backend& base) {
     Backend b = base;
@@ -22,6 +20,8 @@ std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::s
     return b;
   };
 }
+
+namespace {
 
 std::function<void(const Backend&, const Backend&)> on_broken(void (*property)(const Backend&)) {
   return [property](const Backend&, const Backend& broken) { property(broken); };

@@ -1,0 +1,93 @@
+// Planted kernel bugs ("mutations") of the CUDA drafter, for the catch suite (docs/catch-rate.md).
+// Compiled in only with -DDFLASH_MUTATIONS=ON; one is active per process, chosen by the environment
+// variable DFLASH_MUTATION=<id>, read once when a drafter is constructed. Each hook is one line at
+// its kernel or host site, written with the macros below, which compile to nothing when the option
+// is off. The registry (one row per mutation: id, class, what it does, the check that must catch it,
+// the first stage that check must name, the fixture and precision that show it) is this file's
+// mutation_registry(); the GPU gate (ci/gpu-gate.sh --mutations) judges every row.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+enum class Mutation : int {
+  kNone = 0,
+  kGemmKTail,
+  kFp8RowScale,
+  kRopePairLayout,
+  kInvFreqBf16,
+  kYarnAttentionFactor,
+  kStaleKey,
+  kBlockRowsInPool,
+  kPageTableOrder,
+  kWindowOneShort,
+  kGraphBakedPositions,
+  kAnchorLeak,
+  kArgmaxTieOrder,
+  kAttentionWrongHead,
+  kGammaSizedBuffer,
+  kEpsIgnored,
+  kBiasIgnored,
+  kDraftRowShift,
+};
+
+struct PlantedMutation {
+  Mutation mutation;
+  const char* id;           // DFLASH_MUTATION's value, e.g. "rope-pair-layout"
+  const char* bug_class;    // the failure class it stands for (docs/failure-classes.md)
+  const char* description;  // what the planted code does
+  const char* check;        // compare/catch_table.h catch_check_name(): "replay", "invariant", ...
+  const char* stage;        // the first stage (or invariant) the check must name
+  const char* fixture;      // the bundled fixture, relative to fixtures/, that shows it
+  const char* precision;    // the replay precision that shows it: "bf16" or "fp8"
+};
+
+// Every planted mutation, in a fixed order (kNone is not listed).
+const std::vector<PlantedMutation>& mutation_registry();
+
+// The mutation DFLASH_MUTATION asks for: kNone when it is unset or empty. kBadInput naming the
+// variable for an unknown id, and for any request in a build without -DDFLASH_MUTATIONS=ON (a
+// planted bug that silently does not run would pass the suite).
+Mutation read_planted_mutation();
+const char* mutation_id(Mutation mutation);
+
+#ifdef DFLASH_MUTATIONS
+// Hands the mutation to the device code of the files that hold device-side hooks (a __device__
+// constant per file, cuda/mutations.cuh).
+void set_device_mutation(Mutation mutation);
+void set_device_mutation_attention(Mutation mutation);
+void set_device_mutation_elementwise(Mutation mutation);
+void set_device_mutation_gemm_mma(Mutation mutation);
+
+// Host-side helpers of the hooks that need more than one statement.
+// An E4M3 weight's row scales taken for E4M3FNUZ's range (largest 240) while its codes use E4M3's
+// (largest 448): every row dequantized 448/240 times too large; bf16: nothing.
+void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3);
+// inv_freq rounded to bf16 (a table kept in the activation type): angles drift with the position.
+void plant_bf16_inv_freq(std::vector<float>& inv_freq);
+// The block tables written page-major ([page][sequence]) into a buffer read sequence-major.
+void plant_page_major_tables(int32_t* tables, int batch, int max_pages_per_seq);
+// The block's K and V rows ([rows, kv_dim] bf16) also copied into the last slots of a layer's pools
+// (stream-ordered, after the forward's last kernel).
+void plant_block_rows_in_pool(const uint16_t* k_block, const uint16_t* v_block, uint16_t* k_pool, uint16_t* v_pool,
+                              int64_t pool_slots, int64_t rows, int64_t kv_dim, void* stream);
+
+// Host hooks: `current` is the drafter's active mutation.
+#define DFLASH_MUTATE(current, id, ...)             \
+  do {                                              \
+    if ((current) == ::dflash::Mutation::id) {      \
+      __VA_ARGS__;                                  \
+    }                                               \
+  } while (0)
+// Prefixes a statement that the mutation skips while `cond` holds.
+#define DFLASH_UNLESS_MUTANT(current, id, cond) if ((current) == ::dflash::Mutation::id && (cond)) { } else
+#else
+#define DFLASH_MUTATE(current, id, ...) \
+  do {                                  \
+  } while (0)
+#define DFLASH_UNLESS_MUTANT(current, id, cond)
+#endif
+
+}  // namespace dflash
