@@ -5,7 +5,9 @@
 // each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
 // --contexts pick a subset (the GPU gate's --sweep times batch 1 only, under several kernel levers).
 // --without CLASSES times a graph of the same block forward without those kernel classes instead
-// (cuda/cuda_drafter_debug.h): what a class costs inside the graph is the time it saves.
+// (cuda/cuda_drafter_debug.h): what a class costs inside the graph is the time it saves. Last, the
+// same drafter with the target's lm_head in NVFP4 at batch 1 and 8, context 1024 (--no-nvfp4-head
+// leaves those rows out).
 //
 // Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
 // in the mode's storage format, the norms, and the KV cache window read once) over the
@@ -195,6 +197,8 @@ int main_impl(int argc, char** argv) {
   app.add_option("--without", without_list,
                  "time the block forward without these kernel classes, '+' between them (rmsnorm, qkv, qk_norm_rope, "
                  "attention_chunks, combine, o, gate_up, swiglu, down, lm_head, argmax): TIMING ONLY");
+  bool nvfp4_head = true;
+  app.add_flag("!--no-nvfp4-head", nvfp4_head, "leave out the rows with the target's lm_head in NVFP4");
   bool profile_one = false;
   app.add_flag("--profile-one", profile_one,
                "only batch 1, context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
@@ -231,6 +235,31 @@ int main_impl(int argc, char** argv) {
     std::printf("%s drafter:\n", name);
     for (const Row& r : run(config, weights, p, bandwidth, peak.bf16, replays, profile_one, batches, contexts, without)) {
       rows.push_back(r);
+    }
+  }
+
+  // The same drafter with the target's lm_head in NVFP4 (docs/spec/nvfp4-lm-head.md) in place of its
+  // own: batch 1 and 8 at context 1024 (its floor counts the head's V·H·9/16 bytes).
+  if (nvfp4_head && !profile_one) {
+    std::vector<int> nvfp4_batches;
+    for (int b : {1, 8}) {
+      if (std::find(batches.begin(), batches.end(), b) != batches.end()) nvfp4_batches.push_back(b);
+    }
+    const bool has_1024 = std::find(contexts.begin(), contexts.end(), int64_t{1024}) != contexts.end();
+    if (!nvfp4_batches.empty() && has_1024) {
+      auto with_head = std::make_shared<DrafterWeights>(*weights);
+      with_head->lm_head = Tensor();
+      with_head->lm_head_nvfp4 = make_random_nvfp4_head(config.vocab_size, config.hidden_size, 2);
+      for (const char* name : {"fp8", "bf16"}) {
+        if (precisions.find(name) == std::string::npos) continue;
+        Precision p;
+        parse_precision(name, &p);
+        std::printf("%s drafter, NVFP4 lm_head:\n", name);
+        for (Row r : run(config, with_head, p, bandwidth, peak.bf16, replays, false, nvfp4_batches, {1024}, without)) {
+          r.precision += ", NVFP4 head";
+          rows.push_back(r);
+        }
+      }
     }
   }
 
