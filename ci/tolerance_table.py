@@ -22,7 +22,7 @@ PAIRS = [  # (row label, pair label in the log, modes)
     ("reference-bf16 vs CUDA fp8 (envelope)", "reference-bf16 vs cuda-fp8"),
     ("fixture fp64 vs CUDA bf16 / fp8", "fixture(fp64) vs cuda-"),
 ]
-GEOMETRIES = ["Qwen3-8B-DFlash-b16", "Qwen3-4B-DFlash-b16", "gpt-oss-20b-DFlash"]
+GEOMETRIES = ["Qwen3-8B-DFlash-b16", "Qwen3-4B-DFlash-b16", "gpt-oss-20b-DFlash", "Qwen3.8-27B-DFlash2"]
 
 
 def cell(rows):
@@ -57,7 +57,7 @@ def main():
                 planted.append(m.groups())
     if not rows:
         sys.exit(f"{sys.argv[1]}: no [geometry] or [oracle] summary lines")
-    print("| pair | " + " | ".join(g.replace("-DFlash-b16", "").replace("-DFlash", "") for g in GEOMETRIES) +
+    print("| pair | " + " | ".join(re.sub(r"-DFlash(-b16)?$", "", g) for g in GEOMETRIES) +
           " | oracle fixtures (worst) |")
     print("|---|" + "---|" * (len(GEOMETRIES) + 1))
     for label, pair in PAIRS:
@@ -67,7 +67,7 @@ def main():
         print(f"| {label} | " + " | ".join(geo) + f" | {cell(oracle)} |")
     for geometry, what, stage, criterion, ratio in planted:
         print(f"| planted {what} vs bf16 reference, {geometry} | first divergence {stage} ({criterion}), "
-              f"error/bound {ratio} | | | |")
+              f"error/bound {ratio} |" + " |" * len(GEOMETRIES))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // The CUDA drafter against the CPU reference, through the replay engine and compare/'s tolerance
 // model (docs/tolerances.md), on every oracle fixture of fixtures/oracle (all steps, every tap) and
-// on the real geometries of docs/spec/drafter.md §8 with random weights:
+// on the real geometries of docs/spec/drafter.md §8 and Qwen3.8-27B-DFlash2 (docs/spec/dflash2.md §1)
+// with random weights:
 //   - same precision (bf16 vs the bf16-emulating reference, fp8 vs the fp8-emulating reference,
 //     which holds the same E4M3 codes): the tight bf16-boundary model;
 //   - the fp8 envelope: CUDA fp8 against the bf16 reference, derived from the quantization error
@@ -165,15 +166,15 @@ TEST(CudaVsReference, Nvfp4HeadBatchedBelowGamma) {
   }
 }
 
-void real_geometry(const DrafterGeometry& g) {
+// `rows`: the new context rows of each propose of sequence 0.
+void real_geometry(const DrafterGeometry& g, const std::vector<int64_t>& rows) {
   const auto t0 = std::chrono::steady_clock::now();
   const DrafterConfig config = make_config(g);
   HeadSettings head;
   head.gamma = g.block;
   head.ctx_cap = 4096;
   head.max_batch = 1;
-  // Two proposes: 20 new context rows, then 3 more (the first rows are read from the cache).
-  const Fixture f = random_sequence_fixture(g.name, config, make_random_weights(config, 2024), head, {20, 3}, 77);
+  const Fixture f = random_sequence_fixture(g.name, config, make_random_weights(config, 2024), head, rows, 77);
   for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
     judge(replay_pairs(f, precision, false), "geometry", g.name + " " + precision_name(precision));
     std::printf("[geometry] %s %s done [%.0f s so far]\n", g.name.c_str(), precision_name(precision),
@@ -214,17 +215,27 @@ void planted_fp8_faults(const DrafterGeometry& g) {
   }
 }
 
+// Two proposes: 20 new context rows, then 3 more (the first rows are read from the cache).
+const std::vector<int64_t> kTwoProposes = {20, 3};
+
 TEST(CudaVsReferenceRealGeometry, Qwen3_8B) {
   DFLASH_REQUIRE_GPU();
-  real_geometry(qwen3_8b_geometry());
+  real_geometry(qwen3_8b_geometry(), kTwoProposes);
 }
 TEST(CudaVsReferenceRealGeometry, Qwen3_4B) {
   DFLASH_REQUIRE_GPU();
-  real_geometry(qwen3_4b_geometry());
+  real_geometry(qwen3_4b_geometry(), kTwoProposes);
 }
 TEST(CudaVsReferenceRealGeometry, GptOss20B) {
   DFLASH_REQUIRE_GPU();
-  real_geometry(gpt_oss_20b_geometry());
+  real_geometry(gpt_oss_20b_geometry(), kTwoProposes);
+}
+// One propose over 20 context rows: convolutions, sliding non-causal layers (the window holds the
+// whole context here; the window edge is pinned by the DFlash2 oracle fixtures) and the selector
+// over V 248320 with K 16, r 256.
+TEST(CudaVsReferenceRealGeometry, Qwen3_8_27B_Dflash2) {
+  DFLASH_REQUIRE_GPU();
+  real_geometry(qwen3_8_27b_dflash2_geometry(), {20});
 }
 TEST(CudaVsReferenceRealGeometry, PlantedFp8FaultsLeaveTheEnvelopeQwen3_8B) {
   DFLASH_REQUIRE_GPU();  // CPU only, but at a size that belongs to the gate's machine
