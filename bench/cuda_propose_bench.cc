@@ -1,5 +1,6 @@
-// Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (docs/spec/drafter.md §8) with
-// random weights: block width 16, batch 1 / 8 / 16 / 32 / 64, context 1024 / 4096 positions already cached
+// Propose latency of the CUDA drafter at the Qwen3-8B-DFlash-b16 geometry (docs/spec/drafter.md §8), or
+// another one (--geometry, e.g. Qwen3.8-27B-DFlash2 of docs/spec/dflash2.md §1), with random weights:
+// block width the geometry's block, batch 1 / 8 / 16 / 32 / 64, context 1024 / 4096 positions already cached
 // (the timed propose brings C = 0 new context rows), graphs on. Each number is the median of
 // --replays graph replays of the block forward (embedding to draft tokens, nothing copied back),
 // each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
@@ -10,7 +11,8 @@
 // leaves those rows out).
 //
 // Beside each time: the HBM floor, the bytes that must move (every projection weight and lm_head
-// in the mode's storage format, the norms, and the KV cache window read once) over the
+// in the mode's storage format, the norms, DFlash2's convolution and selector weights and the
+// codebook rows its walk reads, and the KV cache window read once) over the
 // device-to-device copy bandwidth measured in the same run (bytes read + written per second), the
 // ratio to it, and the same floor for bf16 weights. Then the compute floor, the propose's FLOPs
 // (propose_flops) over the bf16 tensor-core peak of a large cuBLASLt GEMM measured in the same run
@@ -52,12 +54,32 @@ struct Row {
   double roofline_us() const { return std::max(floor_us, compute_floor_us); }
 };
 
-// Weight bytes of the block forward with bf16 storage: every projection and lm_head, 2 bytes each.
+// Weight bytes of the block forward with bf16 storage: every projection and lm_head, 2 bytes each
+// (DFlash2: the two kernel_projections per layer and hidden_projection; the fp32 base kernels).
 int64_t bf16_weight_bytes(const DrafterConfig& c) {
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
-  const int64_t per_layer = (q + 2 * kv) * h + h * q + 2 * inter * h + h * inter;
+  int64_t per_layer = (q + 2 * kv) * h + h * q + 2 * inter * h + h * inter;
   const int64_t norms = static_cast<int64_t>(c.num_layers) * (2 * h + 2 * c.head_dim) * 4 + h * 4;
-  return 2 * (c.num_layers * per_layer + static_cast<int64_t>(c.vocab_size) * h) + norms;
+  int64_t dflash2 = 0;
+  if (c.dflash2.enabled) {
+    per_layer += 2 * int64_t{c.conv_coef_dim()} * h;
+    dflash2 = 2 * int64_t{c.dflash2.selector_rank} * h + c.num_layers * 2 * (2 * int64_t{c.dflash2.conv_kernel_size} * h * 4);
+  }
+  return 2 * (c.num_layers * per_layer + static_cast<int64_t>(c.vocab_size) * h) + norms + dflash2;
+}
+
+// Bytes every propose reads beyond the weights: each layer's cached K and V over the positions it
+// attends (a sliding layer at most W - 1 of them), and for DFlash2 the bf16 codebook rows of the
+// walk (per mask row: K successor rows and at most K predecessor rows of r values).
+int64_t per_batch_bytes(const DrafterConfig& c, int batch, int64_t context, int block) {
+  int64_t positions = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const bool sliding = c.dflash2.enabled && c.dflash2.sliding[static_cast<size_t>(l)];
+    positions += sliding ? std::min<int64_t>(context, c.dflash2.sliding_window - 1) : context;
+  }
+  int64_t bytes = positions * 2 * c.kv_dim() * 2;
+  if (c.dflash2.enabled) bytes += int64_t{block - 1} * 2 * c.dflash2.selector_top_k * c.dflash2.selector_rank * 2;
+  return static_cast<int64_t>(batch) * bytes;
 }
 
 // The FLOPs of one block forward (2 per multiply-add) of `batch` sequences of `width` block rows
@@ -68,20 +90,25 @@ double propose_flops(const DrafterConfig& c, int batch, int width, int64_t conte
   const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_dim());
   const double kv = static_cast<double>(c.kv_dim()), inter = static_cast<double>(c.intermediate_size);
   const double rows = static_cast<double>(batch) * width, draft_rows = static_cast<double>(batch) * (width - 1);
-  const double per_layer_macs = rows * ((q + 2 * kv) * h + h * q + 2 * inter * h + h * inter);
+  // DFlash2 adds each layer's two kernel_projections and, per draft row, hidden_projection.
+  const double conv = c.dflash2.enabled ? 2.0 * c.conv_coef_dim() * h : 0.0;
+  const double selector = c.dflash2.enabled ? draft_rows * c.dflash2.selector_rank * h : 0.0;
+  const double per_layer_macs = rows * ((q + 2 * kv) * h + h * q + 2 * inter * h + h * inter + conv);
   const double keys = static_cast<double>(context + width);
   const double attention_macs = static_cast<double>(batch) * c.num_heads * 2.0 * width * keys * c.head_dim;
-  return 2.0 * (c.num_layers * (per_layer_macs + attention_macs) + draft_rows * static_cast<double>(c.vocab_size) * h);
+  return 2.0 * (c.num_layers * (per_layer_macs + attention_macs) + draft_rows * static_cast<double>(c.vocab_size) * h +
+                selector);
 }
 
 // profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
 // cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
 // without: kernel classes the timed graph leaves out (empty: the drafter's own graph).
-std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, Precision precision,
-                     double bandwidth, double peak_flops, int replays, bool profile_one, const std::vector<int>& batch_list,
+std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, int block,
+                     Precision precision, double bandwidth, double peak_flops, int replays, bool profile_one,
+                     const std::vector<int>& batch_list,
                      const std::vector<int64_t>& context_list, const std::set<std::string>& without) {
   HeadSettings settings;
-  settings.gamma = 16;
+  settings.gamma = block;
   settings.ctx_cap = 4096;
   settings.max_batch = *std::max_element(batch_list.begin(), batch_list.end());
   settings.kv_page_size = 16;
@@ -91,7 +118,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
   options.warmup = 2;
   CudaDrafter drafter(config, weights, settings, options.with_environment());
   for (const auto& [k, v] : drafter.describe()) std::printf("  %-20s %s\n", k.c_str(), v.c_str());
-  drafter.set_block_g(16);
+  drafter.set_block_g(block);
   const int64_t width = config.ctx_feature_dim();
   const Tensor empty = Tensor::zeros({0, width});
   std::vector<Row> rows;
@@ -125,7 +152,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
           }
         }
       }
-      if (!drafter_graph_captured(drafter, 16, batch)) throw internal_error("benchmark: no graph was captured");
+      if (!drafter_graph_captured(drafter, block, batch)) throw internal_error("benchmark: no graph was captured");
       std::unique_ptr<BlockForwardWithout> partial;
       if (!without.empty()) partial = std::make_unique<BlockForwardWithout>(drafter, without);
       auto enqueue_forward = [&] {
@@ -162,10 +189,10 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
       row.median_us = times[times.size() / 2];
       row.p10_us = times[times.size() / 10];
       row.p90_us = times[times.size() * 9 / 10];
-      const int64_t kv_bytes = static_cast<int64_t>(batch) * context * config.num_layers * 2 * config.kv_dim() * 2;
+      const int64_t kv_bytes = per_batch_bytes(config, batch, context, block);
       row.floor_us = static_cast<double>(block_weight_bytes(drafter) + kv_bytes) / bandwidth * 1e6;
       row.bf16_floor_us = static_cast<double>(bf16_weight_bytes(config) + kv_bytes) / bandwidth * 1e6;
-      row.compute_floor_us = propose_flops(config, batch, 16, context) / peak_flops * 1e6;
+      row.compute_floor_us = propose_flops(config, batch, block, context) / peak_flops * 1e6;
       std::printf("  %-4s batch %2d ctx %4lld: median %8.1f us (p10 %.1f, p90 %.1f)  floor %7.1f us  x%.2f  bf16 floor %7.1f us  x%.2f"
                   "  compute floor %7.1f us  roofline %7.1f us  x%.2f\n",
                   row.precision.c_str(), batch, static_cast<long long>(context), row.median_us, row.p10_us, row.p90_us,
@@ -182,7 +209,9 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
 }
 
 int main_impl(int argc, char** argv) {
-  CLI::App app{"CUDA drafter propose benchmark (Qwen3-8B-DFlash-b16 geometry, random weights)"};
+  CLI::App app{"CUDA drafter propose benchmark (random weights)"};
+  std::string geometry = "qwen3-8b";
+  app.add_option("--geometry", geometry, "qwen3-8b (default), qwen3-4b, gpt-oss-20b or qwen3.8-27b-dflash2");
   std::string markdown;
   int replays = 200;
   std::string precisions = "fp8,bf16";
@@ -221,7 +250,8 @@ int main_impl(int argc, char** argv) {
                                               : "unavailable (" + peak.e4m3_unavailable + ")";
   std::printf("cuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s (the compute floor's), e4m3 %s\n",
               static_cast<long long>(peak.size), peak.bf16 / 1e12, e4m3_peak.c_str());
-  const DrafterGeometry g = qwen3_8b_geometry();
+  const DrafterGeometry g =
+      geometry == "qwen3.8-27b-dflash2" ? qwen3_8_27b_dflash2_geometry() : real_geometry(geometry, "--geometry");
   const DrafterConfig config = make_config(g);
   const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<const DrafterWeights> weights = make_random_weights(config, 1);
@@ -233,14 +263,16 @@ int main_impl(int argc, char** argv) {
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, p, bandwidth, peak.bf16, replays, profile_one, batches, contexts, without)) {
+    for (const Row& r : run(config, weights, g.block, p, bandwidth, peak.bf16, replays, profile_one, batches, contexts,
+                            without)) {
       rows.push_back(r);
     }
   }
 
   // The same drafter with the target's lm_head in NVFP4 (docs/spec/nvfp4-lm-head.md) in place of its
   // own: batch 1 and 8 at context 1024 (its floor counts the head's V·H·9/16 bytes).
-  if (nvfp4_head && !profile_one) {
+  // Not for DFlash2: its selector reads a dense head (docs/spec/dflash2.md §2).
+  if (nvfp4_head && !profile_one && !config.dflash2.enabled) {
     std::vector<int> nvfp4_batches;
     for (int b : {1, 8}) {
       if (std::find(batches.begin(), batches.end(), b) != batches.end()) nvfp4_batches.push_back(b);
@@ -255,7 +287,8 @@ int main_impl(int argc, char** argv) {
         Precision p;
         parse_precision(name, &p);
         std::printf("%s drafter, NVFP4 lm_head:\n", name);
-        for (Row r : run(config, with_head, p, bandwidth, peak.bf16, replays, false, nvfp4_batches, {1024}, without)) {
+        for (Row r : run(config, with_head, g.block, p, bandwidth, peak.bf16, replays, false, nvfp4_batches, {1024},
+                           without)) {
           r.precision += ", NVFP4 head";
           rows.push_back(r);
         }
@@ -271,7 +304,8 @@ int main_impl(int argc, char** argv) {
            " SMs); device-to-device copy bandwidth " + std::to_string(static_cast<int>(bandwidth / 1e9)) +
            " GB/s (read + write); cuBLASLt GEMM peak (m = n = k = " + std::to_string(peak.size) + ") bf16 " +
            std::to_string(static_cast<int>(peak.bf16 / 1e12)) + " TFLOP/s, the compute floor's, e4m3 " + e4m3_peak +
-           ". " + g.name + " geometry, random weights, block width 16, C = 0 new context rows, "
+           ". " + g.name + " geometry, random weights, block width " + std::to_string(g.block) +
+           ", C = 0 new context rows, "
            "median of " + std::to_string(replays) + " graph replays" +
            (without.empty() ? std::string(".\n\n")
                             : " of the block forward WITHOUT " + without_list + " (timing only, outputs wrong).\n\n");

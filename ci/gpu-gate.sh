@@ -13,13 +13,15 @@
 #     GEMM against its w4a16 emulation, attention at head_dim 64/128/256 and generic, the q/k norm
 #     + RoPE kernels at positions up to 128k, graph replay vs eager, the drafter's invariants, CUDA vs
 #     the CPU reference on every oracle fixture in bf16 and fp8, and the real geometries of
-#     docs/spec/drafter.md §8, on compare/'s tolerance model: the same-precision pairs, the fp8 envelope
-#     against the bf16 reference, and at Qwen3-8B the envelope's planted-bug negative controls,
+#     docs/spec/drafter.md §8 and Qwen3.8-27B-DFlash2 (one propose), on compare/'s tolerance
+#     model: the same-precision pairs, the fp8 envelope against the bf16 reference, and at
+#     Qwen3-8B the envelope's planted-bug negative controls,
 #     with observed/bound ratios in gpu-tests.log), the replay of the oracle and capture fixtures
 #     through dflash-harness when it was staged, the propose benchmark (batch 1-64, HBM floor and
-#     roofline) and the GEMM kernel benchmark (gemm_bench, with the CUTLASS candidate's rows and
-#     its test gpu_gemm_cutlass_mixed_test); writes logs, benchmarks.md and summary.txt under DIR
-#     (default $OUT).
+#     roofline; and Qwen3.8-27B-DFlash2 at batch 1, 8, 32, context 1024) and the GEMM kernel
+#     benchmark (gemm_bench, with the CUTLASS candidate's rows and its test
+#     gpu_gemm_cutlass_mixed_test); writes logs, benchmarks.md, benchmarks-dflash2.md and
+#     summary.txt under DIR (default $OUT).
 #     --quick skips the real-geometry comparisons and the bf16 benchmark. Each --variant (a
 #     DFLASH_CUDA_KERNELS value, e.g. "gemm=cublaslt,ctx_gemm=auto") runs the drafter
 #     tests, the CUDA properties, the replay and the fp8 benchmark again with those kernels, so
@@ -371,6 +373,16 @@ if ((bench_only == 0)); then
   fi
   # The whole table (every batch and context, HBM floor and roofline) and the bar lines.
   sed -n '/^| precision/,$p' "$out_dir/bench.log" >>"$summary"
+  # The DFlash2 geometry at context 1024, batch 1, 8 and 32, its own table.
+  d2_args=(--geometry qwen3.8-27b-dflash2 --contexts 1024 --batches 1 8 32 --markdown "$out_dir/benchmarks-dflash2.md")
+  ((quick)) && d2_args+=(--precisions fp8)
+  if .gpu/cuda_propose_bench "${d2_args[@]}" >"$out_dir/bench-dflash2.log" 2>&1; then
+    note "PASS cuda_propose_bench --geometry qwen3.8-27b-dflash2"
+  else
+    note "FAIL cuda_propose_bench --geometry qwen3.8-27b-dflash2 (see bench-dflash2.log)"
+    status=1
+  fi
+  sed -n '/^| precision/,$p' "$out_dir/bench-dflash2.log" >>"$summary"
 else
   note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi

@@ -117,7 +117,11 @@ int64_t block_weight_bytes(const CudaDrafter& drafter) {
   for (const DeviceLayerWeights& l : w.layers) {
     bytes += l.qkv.storage_bytes() + l.o.storage_bytes() + l.gate_up.storage_bytes() + l.down.storage_bytes();
     bytes += static_cast<int64_t>(l.input_norm.bytes() + l.post_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes());
+    // DFlash2's convolutions (empty, so nothing, for plain DFlash).
+    bytes += l.attn_conv_proj.storage_bytes() + l.mlp_conv_proj.storage_bytes();
+    bytes += static_cast<int64_t>(l.attn_conv_base.bytes() + l.mlp_conv_base.bytes());
   }
+  bytes += w.selector.hidden_projection.storage_bytes();  // the codebooks are read by row, per propose
   return bytes + static_cast<int64_t>(w.final_norm.bytes());
 }
 

@@ -30,7 +30,8 @@ void enqueue_last_block_forward(CudaDrafter& drafter);
 QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string& which, int layer);
 
 // Bytes one block forward must read from HBM at least: every projection weight in its storage
-// format (lm_head included) and the norms; the KV cache is counted separately by the caller.
+// format (lm_head included), the norms, and DFlash2's convolution weights and hidden_projection; the
+// KV cache and the codebook rows the walk reads are counted separately by the caller.
 int64_t block_weight_bytes(const CudaDrafter& drafter);
 
 // The last propose's block forward as a CUDA graph of its own, without the launches of the kernel
