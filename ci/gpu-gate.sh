@@ -226,7 +226,7 @@ run_pass() {
     for precision in bf16 fp8; do
       for warmup in 0 1; do
         local what="${label}dflash-harness replay --backend both --precision $precision --warmup $warmup"
-        if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/recorded/*/ fixtures/blind-spots/*/ --backend both --precision "$precision" --warmup "$warmup" \
+        if .gpu/dflash-harness replay fixtures/oracle/*/ fixtures/recorded/*/ fixtures/blind-spots/*/ fixtures/dflash2/*/ --backend both --precision "$precision" --warmup "$warmup" \
              --json "$out_dir/replay.json" >>"$out_dir/replay.log" 2>&1 &&
            ci/graph_replays.py "$out_dir/replay.json" "$warmup" >"$out_dir/graph-replays.txt" 2>&1; then
           note "PASS $what"

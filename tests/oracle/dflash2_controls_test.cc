@@ -7,6 +7,7 @@
 //  - a causal in-block mask (block row i sees block rows j <= i only): L0.attn;
 //  - a convolution that wraps across the block boundary (row t < τ reads flat row t - τ): the
 //    first prepare's output, L0.attn_conv_in.
+// The fixtures made with the reference (fixtures/dflash2/) fail the controls of what they pin.
 #include <functional>
 #include <iterator>
 #include <string>
@@ -116,6 +117,52 @@ TEST(Dflash2Controls, CausalBlockMaskFailsAtTheFirstAttention) {
 TEST(Dflash2Controls, ConvWrappingAcrossTheBlockBoundaryFailsAtTheFirstPrepare) {
   expect_first_divergence("L0.attn_conv_in", Dflash2Fault::kConvWraps, nullptr,
                           {std::begin(kAllPrecisions), std::end(kAllPrecisions)});
+}
+
+// The fixtures made with the reference (fixtures/dflash2/) against the faults they pin, in fp64:
+// each fixture, the change, and the stage it must break first.
+struct MadeControl {
+  const char* fixture;
+  const char* what;
+  Dflash2Fault fault;
+  std::function<void(DrafterConfig*)> change;
+  const char* stage;
+};
+
+TEST(Dflash2Controls, TheFixturesMadeWithTheReferenceFailTheirControls) {
+  const std::vector<MadeControl> controls = {
+      {"d2-block-equals-window", "W instead of W - 1", Dflash2Fault::kNone,
+       [](DrafterConfig* c) { c->dflash2.sliding_window += 1; }, "L0.attn"},
+      {"d2-block-equals-window", "causal block", Dflash2Fault::kCausalBlock, nullptr, "L0.attn"},
+      {"d2-gamma-wider-than-block", "conv wraps", Dflash2Fault::kConvWraps, nullptr, "L0.attn_conv_in"},
+      {"d2-gamma-wider-than-block", "layer 1 sliding", Dflash2Fault::kNone,
+       [](DrafterConfig* c) { c->dflash2.sliding[1] = true; }, "L1.attn"},
+      {"d2-scalars", "no embedding scale", Dflash2Fault::kNone,
+       [](DrafterConfig* c) { c->dflash2.input_embedding_scale = 1.0; }, "embed"},
+      {"d2-scalars", "no multiplier", Dflash2Fault::kNone, [](DrafterConfig* c) { c->dflash2.output_multiplier = 1.0; },
+       "selector.unary"},
+      {"d2-scalars", "no softcap", Dflash2Fault::kNone, [](DrafterConfig* c) { c->dflash2.final_logit_softcapping = 0; },
+       "selector.unary"},
+  };
+  for (const MadeControl& control : controls) {
+    Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/dflash2/" + control.fixture);
+    fixture.load_weights();
+    EXPECT_TRUE(replay_on(fixture, fixture.config, false).passed()) << control.fixture;
+    DrafterConfig config = fixture.config;
+    if (control.change) control.change(&config);
+    const ReplayResult r = replay_on(fixture, config, false, control.fault);
+    ASSERT_TRUE(r.first_divergence.has_value()) << control.fixture << ": " << control.what << " passes";
+    EXPECT_EQ(r.first_divergence->stage, control.stage)
+        << control.fixture << ": " << control.what << ": " << r.first_divergence->detail;
+  }
+  // The walk leaves the argmax somewhere in each: a drafter without the selector is named.
+  for (const char* name : {"d2-block-equals-window", "d2-gamma-wider-than-block", "d2-scalars"}) {
+    Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/dflash2/" + name);
+    fixture.load_weights();
+    const ReplayResult r = replay_on(fixture, fixture.config, true);
+    ASSERT_TRUE(r.first_divergence.has_value()) << name << ": argmax instead of the walk passes";
+    EXPECT_EQ(r.first_divergence->criterion, "selector-not-applied") << name << ": " << r.first_divergence->detail;
+  }
 }
 
 TEST(Dflash2Controls, PlantedFaultsNeedADflash2Drafter) {
