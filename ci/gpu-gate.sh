@@ -361,28 +361,26 @@ if ((bench_only == 0)); then
     status=1
   fi
 
+  # propose_bench NAME ARGS...: the propose benchmark into NAME.log and NAME.md; its whole table
+  # (every batch and context, HBM floor and roofline) and the bar lines go to the summary.
+  propose_bench() {
+    local name=$1
+    shift
+    local args=("$@" --markdown "$out_dir/$name.md")
+    ((quick)) && args+=(--precisions fp8)
+    if .gpu/cuda_propose_bench "${args[@]}" >"$out_dir/$name.log" 2>&1; then
+      note "PASS cuda_propose_bench $*"
+    else
+      note "FAIL cuda_propose_bench $* (see $name.log)"
+      status=1
+    fi
+    sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
+  }
   # Context 1024 only (every bar is there): the five batch sizes of both precisions and the NVFP4
   # head rows fit the call's time limit beside the real-geometry comparisons.
-  bench_args=(--markdown "$out_dir/benchmarks.md" --contexts 1024)
-  ((quick)) && bench_args+=(--precisions fp8)
-  if .gpu/cuda_propose_bench "${bench_args[@]}" >"$out_dir/bench.log" 2>&1; then
-    note "PASS cuda_propose_bench"
-  else
-    note "FAIL cuda_propose_bench (see bench.log)"
-    status=1
-  fi
-  # The whole table (every batch and context, HBM floor and roofline) and the bar lines.
-  sed -n '/^| precision/,$p' "$out_dir/bench.log" >>"$summary"
+  propose_bench benchmarks --contexts 1024
   # The DFlash2 geometry at context 1024, batch 1, 8 and 32, its own table.
-  d2_args=(--geometry qwen3.8-27b-dflash2 --contexts 1024 --batches 1 8 32 --markdown "$out_dir/benchmarks-dflash2.md")
-  ((quick)) && d2_args+=(--precisions fp8)
-  if .gpu/cuda_propose_bench "${d2_args[@]}" >"$out_dir/bench-dflash2.log" 2>&1; then
-    note "PASS cuda_propose_bench --geometry qwen3.8-27b-dflash2"
-  else
-    note "FAIL cuda_propose_bench --geometry qwen3.8-27b-dflash2 (see bench-dflash2.log)"
-    status=1
-  fi
-  sed -n '/^| precision/,$p' "$out_dir/bench-dflash2.log" >>"$summary"
+  propose_bench benchmarks-dflash2 --geometry qwen3.8-27b-dflash2 --contexts 1024 --batches 1 8 32
 else
   note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi
