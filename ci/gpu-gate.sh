@@ -37,7 +37,8 @@
 #     classes (cuda_propose_bench --without, e.g. "o+down": what they cost inside the graph);
 #     --bench-only skips every test and the default benchmark (for such
 #     exploration: its numbers are not a gate result), keeping the GEMM benchmark (cold and, with
-#     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out.
+#     --hot, L2-resident weights) and the sweeps; --no-gemm-bench leaves the GEMM benchmark out,
+#     --no-propose-bench the propose benchmark.
 #     Every pass also injects a device-allocation failure and a kernel-launch failure into one
 #     replay (DFLASH_CUDA_FAULT, cuda/cuda_check.h): each must exit 125 or 2 naming the failed
 #     call, with the JSON report written.
@@ -81,6 +82,7 @@ bench_only=0
 sanitize=0
 sanitize_filter=""
 gemm_bench=1
+propose=1
 mutations=0
 mutation_ids=""
 build_dir=""
@@ -100,6 +102,7 @@ while (($#)); do
     --sanitize) sanitize=1 ;;
     --sanitize-filter) sanitize_filter=$2; shift ;;
     --no-gemm-bench) gemm_bench=0 ;;
+    --no-propose-bench) propose=0 ;;
     --mutations) mutations=1 ;;
     --mutation-ids) mutation_ids=$2; shift ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
@@ -370,6 +373,9 @@ if ((bench_only == 0)); then
     ((quick)) && args+=(--precisions fp8)
     if .gpu/cuda_propose_bench "${args[@]}" >"$out_dir/$name.log" 2>&1; then
       note "PASS cuda_propose_bench $*"
+      sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
+      rm -f "$out_dir/$name.log"  # its table is in NAME.md and the summary (8 files come back at most)
+      return
     else
       note "FAIL cuda_propose_bench $* (see $name.log)"
       status=1
@@ -378,9 +384,13 @@ if ((bench_only == 0)); then
   }
   # Context 1024 only (every bar is there): the five batch sizes of both precisions and the NVFP4
   # head rows fit the call's time limit beside the real-geometry comparisons.
-  propose_bench benchmarks --contexts 1024
-  # The DFlash2 geometry at context 1024, batch 1, 8 and 32, its own table.
-  propose_bench benchmarks-dflash2 --geometry qwen3.8-27b-dflash2 --contexts 1024 --batches 1 8 32
+  if ((propose)); then
+    propose_bench benchmarks --contexts 1024
+    # The DFlash2 geometry at context 1024, batch 1, 8 and 32, its own table.
+    propose_bench benchmarks-dflash2 --geometry qwen3.8-27b-dflash2 --contexts 1024 --batches 1 8 32
+  else
+    note "--no-propose-bench: the propose benchmark was not run"
+  fi
 else
   note "--bench-only: no tests ran; the numbers below are exploration, not a gate result"
 fi
