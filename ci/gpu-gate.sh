@@ -54,7 +54,7 @@
 #   ci/gpu-gate.sh --mutations [--build-dir DIR]
 #     here: configures DIR (default build-mutations) with -DDFLASH_MUTATIONS=ON and stages only what the
 #     suite runs (dflash-harness, properties_drafter_test, mutation_catch_table, libhwy, libsleef) as
-#     .gpu-mutations/bundle.tgz (git-ignored, carried to the device).
+#     .gpu-mutations/bundle.tar.xz (git-ignored, carried to the device).
 #   ci/gpu-gate.sh --remote --mutations [--out DIR] [--mutation-ids "ID ..."]
 #     on the device machine: for the unmutated build (id none) and every mutation (or those listed),
 #     replays every fixture the gate replays (fixtures/oracle, fixtures/recorded, fixtures/blind-spots)
@@ -130,10 +130,10 @@ if ((remote == 0 && mutations)); then
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 .gpu-mutations/
   strip --strip-unneeded .gpu-mutations/* 2>/dev/null || true
   staged=$(ls .gpu-mutations | tr '\n' ' ')
-  tar -czf .gpu-mutations-bundle.tgz -C .gpu-mutations . && rm -rf .gpu-mutations && mkdir .gpu-mutations &&
-    mv .gpu-mutations-bundle.tgz .gpu-mutations/bundle.tgz
+  tar -cJf .gpu-mutations-bundle.txz -C .gpu-mutations . && rm -rf .gpu-mutations && mkdir .gpu-mutations &&
+    mv .gpu-mutations-bundle.txz .gpu-mutations/bundle.tar.xz
   size=$(du -sm .gpu-mutations | cut -f1)
-  echo "ci/gpu-gate.sh: staged .gpu-mutations/bundle.tgz (${size} MiB): $staged"
+  echo "ci/gpu-gate.sh: staged .gpu-mutations/bundle.tar.xz (${size} MiB): $staged"
   # Carried with .gpu/ (or alone), the total must stay under the 64 MiB a call may carry.
   if ((size >= 30)); then echo "ci/gpu-gate.sh: .gpu-mutations/ is too large to carry" >&2; exit 1; fi
   exit 0
@@ -153,20 +153,20 @@ if ((remote == 0)); then
   [ -f "$build_dir/tools/dflash-harness" ] && cp "$build_dir/tools/dflash-harness" .gpu/
   cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 .gpu/
   strip --strip-unneeded .gpu/* 2>/dev/null || true
-  # Every binary holds the CUDA library's kernels: carried as one gzip bundle (a third of the size),
-  # unpacked on the device machine.
+  # Every binary holds the CUDA library's kernels: carried as one xz bundle (xz's window spans the
+  # binaries, so the repeated kernels cost once: a sixth of gzip's size), unpacked on the device.
   staged=$(ls .gpu | tr '\n' ' ')
-  tar -czf .gpu-bundle.tgz -C .gpu . && rm -rf .gpu && mkdir .gpu && mv .gpu-bundle.tgz .gpu/bundle.tgz
+  tar -cJf .gpu-bundle.txz -C .gpu . && rm -rf .gpu && mkdir .gpu && mv .gpu-bundle.txz .gpu/bundle.tar.xz
   size=$(du -sm .gpu | cut -f1)
-  echo "ci/gpu-gate.sh: staged .gpu/bundle.tgz (${size} MiB): $staged"
+  echo "ci/gpu-gate.sh: staged .gpu/bundle.tar.xz (${size} MiB): $staged"
   if ((size >= 60)); then echo "ci/gpu-gate.sh: .gpu/ is too large to carry" >&2; exit 1; fi
   exit 0
 fi
 
 for staged_dir in .gpu .gpu-mutations; do
-  if [ -f "$staged_dir/bundle.tgz" ]; then
-    tar -xzf "$staged_dir/bundle.tgz" -C "$staged_dir" && rm -f "$staged_dir/bundle.tgz" ||
-      { echo "ci/gpu-gate.sh: cannot unpack $staged_dir/bundle.tgz" >&2; exit 2; }
+  if [ -f "$staged_dir/bundle.tar.xz" ]; then
+    tar -xJf "$staged_dir/bundle.tar.xz" -C "$staged_dir" && rm -f "$staged_dir/bundle.tar.xz" ||
+      { echo "ci/gpu-gate.sh: cannot unpack $staged_dir/bundle.tar.xz" >&2; exit 2; }
   fi
 done
 
