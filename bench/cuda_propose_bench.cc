@@ -109,7 +109,8 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
                      const std::vector<int64_t>& context_list, const std::set<std::string>& without) {
   HeadSettings settings;
   settings.gamma = block;
-  settings.ctx_cap = 4096;
+  // The window holds the longest context asked for (batch 64 at 4096 positions exceeds the KV limit).
+  settings.ctx_cap = *std::max_element(context_list.begin(), context_list.end());
   settings.max_batch = *std::max_element(batch_list.begin(), batch_list.end());
   settings.kv_page_size = 16;
   settings.precision = precision;
