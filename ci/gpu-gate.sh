@@ -371,16 +371,12 @@ if ((bench_only == 0)); then
     shift
     local args=("$@" --markdown "$out_dir/$name.md")
     ((quick)) && args+=(--precisions fp8)
-    if .gpu/cuda_propose_bench "${args[@]}" >"$out_dir/$name.log" 2>&1; then
-      note "PASS cuda_propose_bench $*"
-      sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
-      rm -f "$out_dir/$name.log"  # its table is in NAME.md and the summary (8 files come back at most)
-      return
-    else
-      note "FAIL cuda_propose_bench $* (see $name.log)"
-      status=1
-    fi
+    local ok=1
+    .gpu/cuda_propose_bench "${args[@]}" >"$out_dir/$name.log" 2>&1 || ok=0
+    if ((ok)); then note "PASS cuda_propose_bench $*"; else note "FAIL cuda_propose_bench $* (see $name.log)"; status=1; fi
     sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
+    # On success its table is in NAME.md and the summary (at most 8 files come back).
+    ((ok)) && rm -f "$out_dir/$name.log"
   }
   # Context 1024 only (every bar is there): the five batch sizes of both precisions and the NVFP4
   # head rows fit the call's time limit beside the real-geometry comparisons.
