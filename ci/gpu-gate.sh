@@ -376,7 +376,7 @@ if ((bench_only == 0)); then
     if ((ok)); then note "PASS cuda_propose_bench $*"; else note "FAIL cuda_propose_bench $* (see $name.log)"; status=1; fi
     sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
     # On success its table is in NAME.md and the summary (at most 8 files come back).
-    ((ok)) && rm -f "$out_dir/$name.log"
+    if ((ok)); then rm -f "$out_dir/$name.log"; fi
   }
   # Context 1024 only (every bar is there): the five batch sizes of both precisions and the NVFP4
   # head rows fit the call's time limit beside the real-geometry comparisons.
