@@ -9,8 +9,8 @@
 // Each number is the median over 15 repetitions (--reps) of (20 back-to-back launches) / 20.
 // --hot reads the same window every launch instead (L2-resident when it fits): the kernel's speed
 // when its weights come from L2. Last, the NVFP4 lm_head kernel (gemm_nvfp4.h) at the lm_head's
-// shape, with its HBM floor (its bytes at the copy rate). Then the CUTLASS mixed-input candidate
-// for m >= 64 (cuda/gemm_cutlass_mixed.h, not used by the drafter) at every shape and --candidate-m
+// shape, with its HBM floor (its bytes at the copy rate). Then the CUTLASS mixed-input GEMM the
+// drafter uses from 64 block rows (cuda/gemm_cutlass_mixed.h) at every shape and --candidate-m
 // (default 64, 128, 512): TFLOP/s and the fraction of the bf16 tensor-core peak of a large cuBLASLt
 // GEMM measured in the same run (bench/gemm_peak.h), whose e4m3 peak is printed beside it.
 #include <algorithm>
@@ -55,9 +55,9 @@ int main_impl(int argc, char** argv) {
   int only_columns = -1, reps = 15;
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
   app.add_option("--format", only_format,
-                 "only this weight format (e4m3, bf16, nvfp4: the lm_head only, cutlass: the E4M3 candidate)");
+                 "only this weight format (e4m3, bf16, nvfp4: the lm_head only, cutlass: the CUTLASS E4M3 GEMM)");
   std::vector<int64_t> candidate_ms = {64, 128, 512};
-  app.add_option("--candidate-m", candidate_ms, "rows per launch of the CUTLASS candidate (default 64 128 512)")
+  app.add_option("--candidate-m", candidate_ms, "rows per launch of the CUTLASS GEMM (default 64 128 512)")
       ->check(CLI::Range(1, 4096));
   bool hot = false;
   app.add_flag("--hot", hot,
@@ -206,12 +206,12 @@ int main_impl(int argc, char** argv) {
     }
   }
 
-  // The CUTLASS mixed-input candidate (E4M3 weights x bf16 activations, fp32 accumulation, the row
+  // The CUTLASS mixed-input GEMM (E4M3 weights x bf16 activations, fp32 accumulation, the row
   // scale in the epilogue) against the tensor cores' peak.
   if ((only_format.empty() || only_format == "cutlass") && only_columns < 0) {
     std::string why;
     if (!cutlass_mixed_supported(&why)) {
-      std::printf("\nCUTLASS candidate: not run: %s\n", why.c_str());
+      std::printf("\nCUTLASS GEMM: not run: %s\n", why.c_str());
     } else {
       const GemmPeak peak = measure_gemm_peak();
       std::printf("\ncuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s, e4m3 ", static_cast<long long>(peak.size),
@@ -249,7 +249,7 @@ int main_impl(int argc, char** argv) {
             w.k_pad = s.k;
             w.data = pool.get() + i * bytes;
             w.scale = scale.get();
-            plans.emplace_back(cand_a.get(), max_k, m, w, cand_out.get(), s.n, workspace.get(), workspace.bytes());
+            plans.emplace_back(cand_a.get(), max_k, m, w, cand_out.get(), s.n, workspace.get(), workspace.bytes(), stream);
           }
           const double us = time_launches([&](int i) { plans[static_cast<size_t>(i % windows)].run(stream); });
           const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (us * 1e-6);

@@ -42,6 +42,9 @@
 #     Every pass also injects a device-allocation failure and a kernel-launch failure into one
 #     replay (DFLASH_CUDA_FAULT, cuda/cuda_check.h): each must exit 125 or 2 naming the failed
 #     call, with the JSON report written.
+#     --batched-geometry runs only what the default pass leaves out for time: CUDA vs the CPU
+#     reference at Qwen3-8B in batches of 8 and 32 (128 and 512 block rows: the library GEMMs of
+#     gemm_m64=library at the real shapes), bf16 and fp8; its own call.
 #     --sanitize runs compute-sanitizer instead of everything else (its own call: the tools slow
 #     the kernels tenfold and more): memcheck, racecheck, synccheck and initcheck, each over a
 #     subset of gpu_drafter_test (graph replay against eager in fp8 at head_dim 64 and 16, the
@@ -65,6 +68,7 @@
 #     failure. Exit 0 when every mutation is caught as declared and the control is clean.
 # Example:
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote", carry=[".gpu"], timeout_s=600)
+#   then run(command="ci/gpu-gate.sh --remote --batched-geometry", carry=[".gpu"], timeout_s=600)
 #   then run(command="ci/gpu-gate.sh --remote --sanitize", carry=[".gpu"], timeout_s=600)
 #   ci/gpu-gate.sh --mutations && run(command="ci/gpu-gate.sh --remote --mutations", carry=[".gpu-mutations"], timeout_s=600)
 set -uo pipefail
@@ -83,6 +87,7 @@ sanitize=0
 sanitize_filter=""
 gemm_bench=1
 propose=1
+batched_geometry=0
 mutations=0
 mutation_ids=""
 build_dir=""
@@ -103,6 +108,7 @@ while (($#)); do
     --sanitize-filter) sanitize_filter=$2; shift ;;
     --no-gemm-bench) gemm_bench=0 ;;
     --no-propose-bench) propose=0 ;;
+    --batched-geometry) batched_geometry=1 ;;
     --mutations) mutations=1 ;;
     --mutation-ids) mutation_ids=$2; shift ;;
     *) echo "ci/gpu-gate.sh: unknown argument $1" >&2; exit 2 ;;
@@ -117,6 +123,9 @@ fi
 
 gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
+# CUDA vs the reference at Qwen3-8B in batches of 8 and 32 (the library GEMMs at the real shapes):
+# the CPU reference of 32 sequences needs most of a call.
+batched_geometry_filter="CudaVsReferenceRealGeometry.*_Batch*"
 
 if ((remote == 0 && mutations)); then
   set -e
@@ -218,6 +227,8 @@ run_pass() {
   local label=$1 t filter
   for t in gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test; do
     filter="*"
+    # The batched real-geometry comparisons take a call of their own (--batched-geometry).
+    [ "$t" = gpu_vs_reference_test ] && filter="-$batched_geometry_filter"
     ((quick)) && [ "$t" = gpu_vs_reference_test ] && filter="-CudaVsReferenceRealGeometry.*"
     run_test "$label" "$t" "$filter"
   done
@@ -325,6 +336,12 @@ if ((mutations)); then
   fi
   rm -rf "$reports"
   note "gpu-gate --mutations: $( ((status == 0)) && echo PASS || echo FAIL )"
+  exit $status
+fi
+
+if ((batched_geometry)); then
+  run_test "" gpu_vs_reference_test "$batched_geometry_filter"
+  note "gpu-gate --batched-geometry: $( ((status == 0)) && echo PASS || echo FAIL )"
   exit $status
 fi
 

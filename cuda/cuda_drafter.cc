@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/cuda_check.h"
+#include "cuda/gemm_cutlass_mixed.h"
 #include "cuda/cuda_drafter_impl.h"
 #include "cuda/elementwise.h"
 
@@ -153,6 +154,26 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     plan_.fallbacks.push_back("attention: simple -> " + plan_.attention.name() + " (a window of " +
                               std::to_string(max_window_) + " keys does not fit in shared memory)");
   }
+  // gemm_m64=library: which library can serve the block GEMMs of 64 rows and more.
+  const int64_t max_rows = static_cast<int64_t>(settings_.max_batch) * max_width_;
+  const bool library_rows = plan_.block_gemm == GemmKernel::kMma && plan_.block_library &&
+                            max_rows >= KernelPlan::kBlockLibraryMinRows;
+  if (!library_rows) plan_.block_library = false;
+  if (library_rows && fp8_) {
+    std::string why;
+    // CUTLASS's epilogue stores 16-byte vectors of fp32: every E4M3 weight's n a multiple of 4.
+    const std::vector<std::pair<const char*, int64_t>> outputs = {
+        {"q|k|v", q_dim + 2 * kv_dim}, {"o_proj", h}, {"gate|up", 2 * inter}, {"down_proj", h}, {"lm_head", vocab}};
+    if (cutlass_mixed_supported(&why)) {
+      for (const auto& [name, cols] : outputs) {
+        if (cols % 4 != 0 && why.empty()) why = std::string(name) + " has " + std::to_string(cols) + " outputs, not a multiple of 4";
+      }
+    }
+    if (!why.empty()) {
+      plan_.cutlass_usable = false;
+      plan_.fallbacks.push_back("gemm_m64: cutlass -> mma (" + why + ")");
+    }
+  }
   if (plan_.uses_cublaslt()) {
     DFLASH_CUDA_CHECK(cublasLtCreate(&lt_));
     lt_workspace_.allocate(32u << 20);
@@ -165,6 +186,10 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
       plan_.fallbacks.push_back("ctx_gemm: cublaslt -> mma (" + why + ")");
       plan_.ctx_gemm_auto = false;
       plan_.ctx_gemm = GemmKernel::kMma;
+    }
+    if (plan_.block_library && !cublaslt_supports(gemm_ctx_, max_rows, h, h, ld_hidden_, ld_hidden_, &why)) {
+      plan_.fallbacks.push_back("gemm_m64: cublaslt -> mma for bf16 weights (" + why + ")");
+      plan_.cublaslt_block_usable = false;
     }
     if (plan_.block_gemm == GemmKernel::kCublasLt &&
         !cublaslt_supports(gemm_ctx_, static_cast<int64_t>(settings_.max_batch) * (max_width_ - 1), vocab, h, ld_hidden_,
@@ -271,6 +296,23 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
     if (config_.dflash2.enabled) {
       raw = std::max({raw, rows * int64_t{config_.conv_coef_dim()}, draft_rows * config_.dflash2.selector_rank});
+    }
+  }
+  if (plan_.block_library) {
+    // Library GEMMs with more than a plain store finish in the epilogue kernel, from this scratch.
+    raw = std::max(raw, rows * std::max({qkv_n, h, 2 * inter}));
+    if (fp8_ && plan_.cutlass_usable) {
+      // The largest workspace of any row count a propose can bring (stream-K's split follows it).
+      size_t workspace = 0;
+      for (const auto& [cols, k] : std::vector<std::pair<int64_t, int64_t>>{
+               {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_}}) {
+        for (int64_t m = KernelPlan::kBlockLibraryMinRows; m <= rows; ++m) {
+          workspace = std::max(workspace, cutlass_mixed_workspace_bytes(m, cols, k));
+        }
+      }
+      cutlass_workspace_.allocate(std::max<size_t>(workspace, 16));
+      gemm_ctx_.cutlass_workspace = cutlass_workspace_.get();
+      gemm_ctx_.cutlass_workspace_bytes = cutlass_workspace_.bytes();
     }
   }
   gemm_raw_.allocate(n(raw));

@@ -112,6 +112,7 @@ class CudaDrafter final : public PagedProposer {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer<uint8_t> lt_workspace_;
+  DeviceBuffer<uint8_t> cutlass_workspace_;
   DeviceBuffer<float> gemm_raw_;
   int sm_count_ = 0;
   GemmContext gemm_ctx_;

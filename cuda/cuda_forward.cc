@@ -421,7 +421,11 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   const int64_t rows = static_cast<int64_t>(batch) * width;
   const int64_t draft_rows = static_cast<int64_t>(batch) * (width - 1);
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const GemmKernel kernel = plan_.block_gemm;
+  // Each GEMM's kernel follows its row count and weight format (gemm_m64).
+  const auto kernel = [this, rows](const DeviceMatrixView& w) { return plan_.block_kernel(rows, w.format); };
+  const auto draft_kernel = [this, draft_rows](const DeviceMatrixView& w) {
+    return plan_.block_kernel(draft_rows, w.format);
+  };
   // Every kernel after the first (the embedding, which follows the host's uploads) may start early;
   // taps synchronize between stages, so they gain nothing from it.
   const bool pdl = plan_.pdl && taps == nullptr;
@@ -449,7 +453,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     coef.out = conv_coef_.get();
     coef.ld_out = coef_dim;
     const DeviceMatrixView w = projection.view();
-    launch("conv_coef", [=] { enqueue_gemm(pdl, kernel, in, ld_hidden_, rows, w, coef); });
+    launch("conv_coef", [=] { enqueue_gemm(pdl, kernel(w), in, ld_hidden_, rows, w, coef); });
     tap_as(stage_name(coef_stage, layer), conv_coef_.get(), Storage::kF32ReadAsBf16, width, coef_dim, coef_dim);
     const GroupedConvArgs conv = conv_args(base, batch, width);
     launch("conv", [=] { launch_conv_prepare(conv, in, ld_hidden_, stream_, pdl); });
@@ -482,7 +486,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     if (d2) conv_prepare(layer.attn_conv_proj, layer.attn_conv_base, x_.get(), StageKind::kAttnConvCoef, StageKind::kAttnConvIn, l);
 
     const DeviceMatrixView qkv = layer.qkv.view();
-    launch("qkv", [=] { enqueue_gemm(pdl, kernel, x_.get(), ld_hidden_, rows, qkv, qkv_epilogue()); });
+    launch("qkv", [=] { enqueue_gemm(pdl, kernel(qkv), x_.get(), ld_hidden_, rows, qkv, qkv_epilogue()); });
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -545,7 +549,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     DFLASH_MUTATE(mutation_, kBiasIgnored, o.bias = nullptr);
     float* o_tap = taps ? o_out_.get() : nullptr;
     const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
-    launch("o", [=] { enqueue_gemm(pdl, kernel, attn_.get(), ld_q_, rows, o, o_epilogue); });
+    launch("o", [=] { enqueue_gemm(pdl, kernel(o), attn_.get(), ld_q_, rows, o, o_epilogue); });
     tap(stage_name(StageKind::kOProj, l), o_out_.get(), false, h, h);
     if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), StageKind::kAttnConvOut, l);
 
@@ -555,7 +559,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     if (d2) conv_prepare(layer.mlp_conv_proj, layer.mlp_conv_base, y_.get(), StageKind::kMlpConvCoef, StageKind::kMlpConvIn, l);
 
     const DeviceMatrixView gate_up = layer.gate_up.view();
-    launch("gate_up", [=] { enqueue_gemm(pdl, kernel, y_.get(), ld_hidden_, rows, gate_up, gate_up_epilogue()); });
+    launch("gate_up", [=] { enqueue_gemm(pdl, kernel(gate_up), y_.get(), ld_hidden_, rows, gate_up, gate_up_epilogue()); });
     if (!plan_.swiglu_fused) {
       launch("swiglu", [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl); });
     }
@@ -563,7 +567,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     const DeviceMatrixView down = layer.down.view();
     float* mlp_tap = taps ? mlp_out_.get() : nullptr;
     const GemmEpilogue down_epilogue = d2 ? plain_epilogue(mlp_out_.get(), h) : residual_epilogue(mlp_tap);
-    launch("down", [=] { enqueue_gemm(pdl, kernel, act_.get(), ld_inter_, rows, down, down_epilogue); });
+    launch("down", [=] { enqueue_gemm(pdl, kernel(down), act_.get(), ld_inter_, rows, down, down_epilogue); });
     tap(stage_name(StageKind::kMlp, l), mlp_out_.get(), false, h, h);
     if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), StageKind::kMlpConvOut, l);
     tap(stage_name(StageKind::kOut, l), h_.get(), false, h, h);
@@ -583,7 +587,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   } else {
     const DeviceMatrixView lm_head = weights_.lm_head.view();
     launch("lm_head",
-           [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
+           [=] { enqueue_gemm(pdl, draft_kernel(lm_head), hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
   }
   if (d2) {
     // The candidate selector's walk gives the draft tokens (docs/spec/dflash2.md §3.4).
@@ -592,7 +596,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     projected.out = hidden_proj_.get();
     projected.ld_out = rank;
     const DeviceMatrixView hidden = weights_.selector.hidden_projection.view();
-    launch("hidden_proj", [=] { enqueue_gemm(pdl, kernel, hf_draft_.get(), ld_hidden_, draft_rows, hidden, projected); });
+    launch("hidden_proj", [=] { enqueue_gemm(pdl, draft_kernel(hidden), hf_draft_.get(), ld_hidden_, draft_rows, hidden, projected); });
     const SelectorArgs selector = selector_args(batch, width);
     launch("selector_topk", [=] { launch_selector_topk(selector, stream_, pdl); });
     launch("selector_walk", [=] { launch_selector_walk(selector, stream_, pdl); });

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cuda/gemm_cutlass_mixed.h"
 
 namespace dflash {
 
@@ -27,6 +28,7 @@ const char* gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::kMma: return "mma";
     case GemmKernel::kCublasLt: return "cublaslt";
     case GemmKernel::kSimple: return "simple";
+    case GemmKernel::kCutlass: return "cutlass";
   }
   return "?";
 }
@@ -41,31 +43,62 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
   return false;
 }
 
-void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
-          const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
-  if (m < 1) throw internal_error("gemm: m must be >= 1");
-  if (kernel == GemmKernel::kMma) {
-    launch_gemm_mma(ctx, a, lda, m, w, epilogue);
-    return;
-  }
-  // A plain fp32 store with nothing to apply can take the library's result directly.
-  const bool store_only = epilogue.residual == nullptr && epilogue.swiglu_out == nullptr &&
-                          epilogue.argmax_value == nullptr && w.bias == nullptr &&
-                          w.format == WeightFormat::kBf16 && epilogue.out != nullptr;
-  if (kernel == GemmKernel::kCublasLt && store_only) {
-    cublaslt_matmul(ctx, a, lda, m, w, epilogue.out, epilogue.ld_out);
-    return;
-  }
-  if (ctx.raw == nullptr || static_cast<size_t>(m * w.n) > ctx.raw_capacity) {
+namespace {
+
+// The libraries (cuBLASLt, CUTLASS) multiply; the fallbacks' epilogue kernel does the rest, so each
+// value gets the mma kernel's fp32 operations in the same order. CUTLASS also scales (its epilogue
+// multiplies as ours does); cuBLASLt reads E4M3 weights through unscaled bf16 copies. A product
+// that is already final (scaled, no bias) and only stored goes straight to the output, and the
+// argmax partials, if asked, are then read from there.
+void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
+                  const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
+  const bool direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr &&
+                      epilogue.swiglu_out == nullptr && w.bias == nullptr;
+  float* product = direct ? epilogue.out : ctx.raw;
+  const int64_t ld_product = direct ? epilogue.ld_out : w.n;
+  if (!direct && (ctx.raw == nullptr || static_cast<size_t>(m * w.n) > ctx.raw_capacity)) {
     throw internal_error("gemm " + std::string(gemm_kernel_name(kernel)) + ": scratch for " + std::to_string(m) + "x" +
                          std::to_string(w.n) + " accumulators was not allocated");
   }
-  if (kernel == GemmKernel::kCublasLt) {
-    cublaslt_matmul(ctx, a, lda, m, w, ctx.raw, w.n);
+  if (kernel == GemmKernel::kCutlass) {
+    DeviceMatrixView unbiased = w;
+    unbiased.bias = nullptr;  // added by the epilogue kernel
+    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product, ld_product, ctx.cutlass_workspace,
+                              ctx.cutlass_workspace_bytes);
   } else {
-    launch_gemm_simple(ctx.stream, a, lda, m, w, ctx.raw);
+    cublaslt_matmul(ctx, a, lda, m, w, product, ld_product);
   }
-  launch_gemm_epilogue(ctx.stream, ctx.raw, m, w, epilogue);
+  if (direct && epilogue.argmax_value == nullptr) return;
+  DeviceMatrixView finish = w;
+  if (kernel == GemmKernel::kCutlass) finish.scale = nullptr;  // applied
+  GemmEpilogue rest = epilogue;
+  if (direct) rest.out = nullptr;  // written
+  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest);
+}
+
+}  // namespace
+
+void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
+          const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  if (m < 1) throw internal_error("gemm: m must be >= 1");
+  switch (kernel) {
+    case GemmKernel::kMma:
+      launch_gemm_mma(ctx, a, lda, m, w, epilogue);
+      return;
+    case GemmKernel::kCublasLt:
+    case GemmKernel::kCutlass:
+      gemm_library(kernel, ctx, a, lda, m, w, epilogue);
+      return;
+    case GemmKernel::kSimple:
+      break;
+  }
+  if (ctx.raw == nullptr || static_cast<size_t>(m * w.n) > ctx.raw_capacity) {
+    throw internal_error("gemm simple: scratch for " + std::to_string(m) + "x" + std::to_string(w.n) +
+                         " accumulators was not allocated");
+  }
+  launch_gemm_simple(ctx.stream, a, lda, m, w, ctx.raw);
+  launch_gemm_epilogue(ctx.stream, ctx.raw, w.n, m, w, epilogue);
 }
 
 }  // namespace dflash

@@ -8,6 +8,10 @@
 //  - kCublasLt: cuBLASLt for bf16 weights (E4M3 weights through an exact bf16 copy of the codes);
 //    the epilogue runs as a separate kernel. Its algorithm may change with m: invariant only within
 //    a rounding bound.
+//  - kCutlass: E4M3 weights only, through CUTLASS's mixed-input Hopper GEMM (gemm_cutlass_mixed.h:
+//    wgmma, stream-K, scale in its epilogue) for blocks of many rows; the rest of the epilogue runs
+//    as the fallbacks' kernel. Its reduction order may change with m: invariant only within a
+//    rounding bound.
 //  - kSimple: one thread per output, a plain k loop (for bisecting one kernel at a time).
 #pragma once
 #include <cstdint>
@@ -54,9 +58,10 @@ struct GemmEpilogue {
   int64_t ld_argmax = 0;
 };
 
-enum class GemmKernel { kMma, kCublasLt, kSimple };
+enum class GemmKernel { kMma, kCublasLt, kSimple, kCutlass };
 
-const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple"
+const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple", "cutlass"
+// The kernels a whole forward can use (mma, cublaslt, simple): kCutlass serves E4M3 weights only.
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
 // Device resources the GEMMs use; owned by the caller.
@@ -65,6 +70,8 @@ struct GemmContext {
   cublasLtHandle_t lt = nullptr;        // needed for kCublasLt
   void* lt_workspace = nullptr;         // fixed workspace, so that graph capture allocates nothing
   size_t lt_workspace_bytes = 0;
+  void* cutlass_workspace = nullptr;    // for kCutlass, sized at construction
+  size_t cutlass_workspace_bytes = 0;
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
@@ -107,8 +114,8 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);
-// Applies scale, bias and the epilogue to raw[m, n] (ld n).
-void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t m, const DeviceMatrixView& w,
+// Applies scale, bias and the epilogue to raw[m, n] (leading dimension ld_raw >= n).
+void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
                           const GemmEpilogue& epilogue);
 // raw[m, n] = A·Wᵀ through cuBLASLt (bf16 weights, or the decoded copy of E4M3 ones).
 void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,

@@ -1,11 +1,14 @@
-// The CUTLASS mixed-input candidate (gemm_cutlass_mixed.h). CUTLASS passes the narrower operand
+// The CUTLASS mixed-input GEMM (gemm_cutlass_mixed.h). CUTLASS passes the narrower operand
 // through registers and requires it as its operand A, so the product is computed transposed:
 // D[n, m] = W[n, k]·Aᵀ with W (E4M3, K-major: row-major) as A, the activations (K-major: a
 // column-major k × m matrix) as B, and D column-major with leading dimension ld_out, which is
 // out[m, ld_out] row-major. The per-weight-row scale is then a per-row vector of D, broadcast by
-// the epilogue. One kernel configuration only (compile time): 128 × 128 × 64 tiles, the
-// cooperative warp-specialized schedule, no clusters, no split-K, so each output element is
-// reduced over k in the same order whatever m is.
+// the epilogue. One kernel configuration (compile time): 128 × 128 × 64 tiles, the cooperative
+// warp-specialized schedule, no clusters, and the stream-K tile scheduler: when the output tiles
+// alone leave SMs idle (CUTLASS's heuristic, from the tile count and k), the k range of some
+// tiles is split over CTAs and reduced in a fixed (turnstile) order, so a shape gives the same
+// bits run to run, but the split, and so the order, may change with m. (Persistent data-parallel
+// tiles, m-invariant, were up to 2.1x slower at m = 64-128: docs/benchmarks.md.)
 #include "cuda/gemm_cutlass_mixed.h"
 
 #include <cute/tensor.hpp>
@@ -49,7 +52,8 @@ using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
     cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
-using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                    cutlass::gemm::StreamKScheduler>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -106,6 +110,8 @@ typename Gemm::Arguments make_arguments(const uint16_t* a, int64_t lda, int64_t 
   DFLASH_CUDA_CHECK(cudaGetDevice(&device));
   DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&args.hw_info.sm_count, cudaDevAttrMultiProcessorCount, device));
   args.hw_info.device_id = device;
+  args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::Heuristic;
+  args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
   return args;
 }
 
@@ -121,7 +127,7 @@ bool cutlass_mixed_supported(std::string* why) {
     return false;
   }
   if (major != 9 || minor != 0) {
-    if (why) *why = "the CUTLASS candidate is built for sm_90a; this device is compute capability " +
+    if (why) *why = "the CUTLASS GEMM is built for sm_90a; this device is compute capability " +
                     std::to_string(major) + "." + std::to_string(minor);
     return false;
   }
@@ -129,55 +135,86 @@ bool cutlass_mixed_supported(std::string* why) {
 }
 
 size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad) {
-  typename Gemm::Arguments args{};
-  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.problem_shape = {static_cast<int>(n), static_cast<int>(m), static_cast<int>(k_pad), 1};
-  return Gemm::get_workspace_size(args);
+  DeviceMatrixView w;
+  w.n = n;
+  w.k_pad = k_pad;
+  return Gemm::get_workspace_size(make_arguments(nullptr, k_pad, m, w, nullptr, n));
 }
 
-struct CutlassMixedGemm::Impl {
+namespace {
+
+// A prepared launch: the arguments and CUTLASS's parameters (the TMA descriptors).
+struct Prepared {
   Gemm gemm;
+  typename Gemm::Arguments args;
+  void* workspace = nullptr;
+
+  void prepare(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
+               void* workspace_in, size_t workspace_bytes, cudaStream_t stream) {
+    args = make_arguments(a, lda, m, w, out, ld_out);
+    workspace = workspace_in;
+    const size_t needed = Gemm::get_workspace_size(args);
+    if (needed > workspace_bytes) {
+      throw bad_input("cutlass mixed GEMM: the workspace of " + std::to_string(workspace_bytes) +
+                      " bytes is below the " + std::to_string(needed) + " it needs");
+    }
+    cutlass::Status status = gemm.can_implement(args);
+    if (status != cutlass::Status::kSuccess) {
+      throw bad_input(std::string("cutlass mixed GEMM: cannot implement m ") + std::to_string(m) + ", n " +
+                      std::to_string(w.n) + ", k " + std::to_string(w.k_pad) + ": " + cutlassGetStatusString(status));
+    }
+    // On the launch's stream: stream-K clears its barrier workspace here (inside a graph capture too).
+    status = gemm.initialize(args, workspace, stream);
+    if (status != cutlass::Status::kSuccess) {
+      throw internal_error(std::string("cutlass mixed GEMM: initialize: ") + cutlassGetStatusString(status));
+    }
+  }
+  // clear: clear the workspace first (stream-K's barriers: a launch leaves them dirty).
+  void run(cudaStream_t stream, bool clear) {
+    cutlass::Status status = cutlass::Status::kSuccess;
+    if (clear) status = Gemm::GemmKernel::initialize_workspace(args, workspace, stream);
+    if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+    if (status != cutlass::Status::kSuccess) {
+      throw internal_error(std::string("cutlass mixed GEMM: run: ") + cutlassGetStatusString(status));
+    }
+    DFLASH_CUDA_CHECK_LAUNCH("cutlass mixed GEMM");
+  }
+};
+
+void check_supported() {
+  std::string why;
+  if (!cutlass_mixed_supported(&why)) throw unsupported(why);
+}
+
+}  // namespace
+
+struct CutlassMixedGemm::Impl {
+  Prepared prepared;
 };
 
 CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
-                                   int64_t ld_out, void* workspace, size_t workspace_bytes)
+                                   int64_t ld_out, void* workspace, size_t workspace_bytes, cudaStream_t stream)
     : impl_(std::make_unique<Impl>()) {
   check_arguments(a, lda, m, w, out, ld_out);
-  std::string why;
-  if (!cutlass_mixed_supported(&why)) throw unsupported(why);
-  const typename Gemm::Arguments args = make_arguments(a, lda, m, w, out, ld_out);
-  const size_t needed = Gemm::get_workspace_size(args);
-  if (needed > workspace_bytes) {
-    throw bad_input("cutlass mixed GEMM: the workspace of " + std::to_string(workspace_bytes) + " bytes is below the " +
-                    std::to_string(needed) + " it needs");
-  }
-  cutlass::Status status = impl_->gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess) {
-    throw bad_input(std::string("cutlass mixed GEMM: cannot implement m ") + std::to_string(m) + ", n " +
-                    std::to_string(w.n) + ", k " + std::to_string(w.k_pad) + ": " + cutlassGetStatusString(status));
-  }
-  status = impl_->gemm.initialize(args, workspace);
-  if (status != cutlass::Status::kSuccess) {
-    throw internal_error(std::string("cutlass mixed GEMM: initialize: ") + cutlassGetStatusString(status));
-  }
+  check_supported();
+  impl_->prepared.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);
 }
 
 CutlassMixedGemm::~CutlassMixedGemm() = default;
 CutlassMixedGemm::CutlassMixedGemm(CutlassMixedGemm&&) noexcept = default;
 CutlassMixedGemm& CutlassMixedGemm::operator=(CutlassMixedGemm&&) noexcept = default;
 
-void CutlassMixedGemm::run(cudaStream_t stream) {
-  const cutlass::Status status = impl_->gemm.run(stream);
-  if (status != cutlass::Status::kSuccess) {
-    throw internal_error(std::string("cutlass mixed GEMM: run: ") + cutlassGetStatusString(status));
-  }
-  DFLASH_CUDA_CHECK_LAUNCH("cutlass mixed GEMM");
-}
+void CutlassMixedGemm::run(cudaStream_t stream) { impl_->prepared.run(stream, true); }
 
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes) {
-  CutlassMixedGemm(a, lda, m, w, out, ld_out, workspace, workspace_bytes).run(stream);
+  check_arguments(a, lda, m, w, out, ld_out);
+  check_supported();
+  // Prepared on the stream, which clears the workspace: the launch needs no second clear.
+  Prepared p;
+  p.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);
+  p.run(stream, false);
 }
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_epilogue.cuh"
@@ -42,12 +43,12 @@ __global__ void gemm_simple_kernel(const uint16_t* a, int64_t lda, int64_t m, co
 }
 
 // One warp per (row, 32-column block).
-__global__ void gemm_epilogue_kernel(const float* raw, EpilogueArgs args) {
+__global__ void gemm_epilogue_kernel(const float* raw, int64_t ld_raw, EpilogueArgs args) {
   const int64_t row = blockIdx.y;
   const int64_t col_block = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kArgmaxBlock;
   if (col_block >= args.n) return;  // whole warp leaves together
   const int64_t col = col_block + (threadIdx.x & 31);
-  const float v = col < args.n ? raw[row * args.n + col] : 0.0f;
+  const float v = col < args.n ? raw[row * ld_raw + col] : 0.0f;
   epilogue_warp(args, row, col_block, v);
 }
 
@@ -72,13 +73,14 @@ void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int
   DFLASH_CUDA_CHECK_LAUNCH("gemm_simple_kernel");
 }
 
-void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t m, const DeviceMatrixView& w,
+void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
                           const GemmEpilogue& epilogue) {
+  if (ld_raw < w.n) throw internal_error("gemm epilogue: ld_raw below n");
   const EpilogueArgs args = make_epilogue_args(w, m, epilogue);
   constexpr int kWarpsPerBlock = 4;
   const int64_t blocks = argmax_blocks(w.n);
   const dim3 grid(static_cast<unsigned>((blocks + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(m));
-  gemm_epilogue_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(raw, args);
+  gemm_epilogue_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(raw, ld_raw, args);
   DFLASH_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
 }
 

@@ -50,13 +50,20 @@ bool parse_switch(const std::string& stage, const std::string& value, bool auto_
 
 }  // namespace
 
+GemmKernel KernelPlan::block_kernel(int64_t rows, WeightFormat format) const {
+  if (block_gemm != GemmKernel::kMma || !block_library || rows < kBlockLibraryMinRows) return block_gemm;
+  if (format == WeightFormat::kE4M3) return cutlass_usable ? GemmKernel::kCutlass : GemmKernel::kMma;
+  return cublaslt_block_usable ? GemmKernel::kCublasLt : GemmKernel::kMma;
+}
+
 GemmKernel KernelPlan::ctx_kernel(int64_t rows, WeightFormat format) const {
   if (!ctx_gemm_auto) return ctx_gemm;
   return format == WeightFormat::kBf16 && rows >= kCtxLibraryMinRows ? GemmKernel::kCublasLt : GemmKernel::kMma;
 }
 
 bool KernelPlan::uses_cublaslt() const {
-  return block_gemm == GemmKernel::kCublasLt || ctx_gemm_auto || ctx_gemm == GemmKernel::kCublasLt;
+  return block_gemm == GemmKernel::kCublasLt || (block_gemm == GemmKernel::kMma && block_library) || ctx_gemm_auto ||
+         ctx_gemm == GemmKernel::kCublasLt;
 }
 
 bool KernelPlan::cublaslt_reads_e4m3(bool fp8) const {
@@ -70,6 +77,11 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
   for (const auto& [stage, value] : requested) {
     if (stage == "gemm") {
       plan.block_gemm = parse_gemm(stage, value);
+    } else if (stage == "gemm_m64") {
+      if (value != "library" && value != "auto" && value != "mma") {
+        throw bad_input("CUDA kernels: gemm_m64=" + value + " is not a choice (library, mma)");
+      }
+      plan.block_library = value != "mma";
     } else if (stage == "ctx_gemm") {
       plan.ctx_gemm_auto = value == "auto";
       if (!plan.ctx_gemm_auto) plan.ctx_gemm = parse_gemm(stage, value);
@@ -93,7 +105,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, "
+                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, "
                       "gemm_cols, gemm_cols_m64, pdl)");
     }
   }
@@ -110,6 +122,15 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   if (plan.block_gemm == GemmKernel::kMma) gemm += fp8 ? " (weight-only E4M3, tensor cores)" : " (bf16 weights, tensor cores)";
   if (plan.block_gemm == GemmKernel::kCublasLt && fp8) gemm += " (E4M3 codes as exact bf16 copies, scale in the epilogue)";
   d.emplace_back("kernel.gemm", gemm);
+  if (plan.block_gemm == GemmKernel::kMma) {
+    std::string large = "mma (every row count)";
+    if (plan.block_library) {
+      large = std::string("library from ") + std::to_string(KernelPlan::kBlockLibraryMinRows) + " block rows: " +
+              (plan.cutlass_usable ? "cutlass (mixed-input wgmma) for E4M3 weights" : "mma for E4M3 weights") + ", " +
+              (plan.cublaslt_block_usable ? "cublaslt" : "mma") + " for bf16 weights";
+    }
+    d.emplace_back("kernel.gemm_m64", large);
+  }
   if (plan.ctx_gemm_auto) {
     d.emplace_back("kernel.ctx_gemm", std::string("auto: cublaslt for bf16 weights (fc") + (fp8 ? "" : ", k/v") +
                                           ") when a context chunk has more than 64 rows, mma otherwise");
@@ -137,6 +158,11 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   std::string invariance;
   if (plan.block_gemm == GemmKernel::kCublasLt) {
     invariance = "within a rounding bound: cuBLASLt serves the block GEMMs";
+  } else if (plan.block_gemm == GemmKernel::kMma && plan.block_library &&
+             (plan.cutlass_usable || plan.cublaslt_block_usable)) {
+    invariance = "block rows bitwise while a propose has fewer than " +
+                 std::to_string(KernelPlan::kBlockLibraryMinRows) +
+                 ", within a rounding bound from there (library GEMMs; gemm_m64=mma keeps every count bitwise)";
   } else {
     invariance = "bitwise for block rows (own kernels, fixed reduction order)";
   }

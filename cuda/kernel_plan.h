@@ -3,6 +3,10 @@
 // (docs/cuda-drafter.md):
 //   gemm          block-row GEMMs: mma (default; aliases auto, small-m, fp8-small-m, bf16-small-m),
 //                 cublaslt (alias cublas), simple
+//   gemm_m64      block-row GEMMs of 64 rows or more (with gemm=mma): library (default; alias auto:
+//                 CUTLASS's mixed-input wgmma GEMM for E4M3 weights, cuBLASLt for bf16 weights; the
+//                 results then change with the batch within a rounding bound), mma (bitwise batch
+//                 invariant at every row count)
 //   ctx_gemm      context-row GEMMs (fc, k/v): mma (default: bitwise batch invariant),
 //                 auto (cuBLASLt for bf16 weights when a chunk has more than 64 rows, mma otherwise:
 //                 invariant only within a rounding bound), cublaslt, simple
@@ -36,6 +40,14 @@ namespace dflash {
 
 struct KernelPlan {
   GemmKernel block_gemm = GemmKernel::kMma;
+  // gemm_m64=library: block GEMMs of at least kBlockLibraryMinRows rows go to the libraries, each
+  // only where the drafter found it usable at construction (the fallbacks say when not).
+  bool block_library = true;
+  bool cutlass_usable = true;
+  bool cublaslt_block_usable = true;
+  static constexpr int64_t kBlockLibraryMinRows = 64;
+  // The kernel of a block-row GEMM of `rows` rows of a weight in `format`.
+  GemmKernel block_kernel(int64_t rows, WeightFormat format) const;
   // Default mma: docs/spec/drafter.md §5 asks our own kernels to be batch invariant bit for bit; cuBLASLt's
   // algorithm changes with the number of rows, so it is a lever, not the default.
   bool ctx_gemm_auto = false;  // auto: per chunk and weight format

@@ -132,6 +132,38 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"pdl", "maybe"}}, 128); }),
             "CUDA kernels: pdl=maybe is not a setting (auto, on, off)");
 
+  // gemm_m64: the libraries from 64 block rows by default (each only if the drafter found it
+  // usable), the mma kernel below and under gemm_m64=mma; gemm=cublaslt / simple override it.
+  EXPECT_TRUE(d.block_library);
+  EXPECT_EQ(d.block_kernel(63, e4m3), GemmKernel::kMma);
+  EXPECT_EQ(d.block_kernel(64, e4m3), GemmKernel::kCutlass);
+  EXPECT_EQ(d.block_kernel(64, bf16), GemmKernel::kCublasLt);
+  EXPECT_EQ(d.block_kernel(1, bf16), GemmKernel::kMma);
+  KernelPlan no_cutlass = d;
+  no_cutlass.cutlass_usable = false;
+  EXPECT_EQ(no_cutlass.block_kernel(512, e4m3), GemmKernel::kMma);
+  EXPECT_EQ(no_cutlass.block_kernel(512, bf16), GemmKernel::kCublasLt);
+  const KernelPlan bitwise = resolve_kernel_plan({{"gemm_m64", "mma"}}, 128);
+  EXPECT_FALSE(bitwise.block_library);
+  EXPECT_EQ(bitwise.block_kernel(512, e4m3), GemmKernel::kMma);
+  EXPECT_EQ(bitwise.block_kernel(512, bf16), GemmKernel::kMma);
+  EXPECT_TRUE(resolve_kernel_plan({{"gemm_m64", "auto"}}, 128).block_library);
+  EXPECT_EQ(p.block_kernel(1, e4m3), GemmKernel::kCublasLt);
+  EXPECT_EQ(resolve_kernel_plan({{"gemm", "simple"}}, 128).block_kernel(512, e4m3), GemmKernel::kSimple);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_m64", "fast"}}, 128); }),
+            "CUDA kernels: gemm_m64=fast is not a choice (library, mma)");
+  std::string large, invariance;
+  for (const auto& [k, v] : describe_kernel_plan(d, true)) {
+    if (k == "kernel.gemm_m64") large = v;
+    if (k == "batch_invariance") invariance = v;
+  }
+  EXPECT_EQ(large, "library from 64 block rows: cutlass (mixed-input wgmma) for E4M3 weights, cublaslt for bf16 weights");
+  EXPECT_NE(invariance.find("within a rounding bound from there"), std::string::npos) << invariance;
+  for (const auto& [k, v] : describe_kernel_plan(bitwise, true)) {
+    if (k == "kernel.gemm_m64") EXPECT_EQ(v, "mma (every row count)");
+    if (k == "batch_invariance") EXPECT_EQ(v.find("bitwise for block rows (own kernels"), 0u) << v;
+  }
+
   GemmKernel parsed = GemmKernel::kMma;
   EXPECT_TRUE(parse_gemm_kernel("simple", &parsed));
   EXPECT_EQ(parsed, GemmKernel::kSimple);
@@ -151,7 +183,7 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
                                                         {"ablate", "rmsnorm"}}) {
     EXPECT_EQ(harness_error_message([&] { resolve_kernel_plan({{stage, value}}, 128); }),
               "CUDA kernels: unknown stage '" + stage +
-                  "' (gemm, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, "
+                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, "
                   "gemm_cols_m64, pdl)");
   }
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm", "mma-splitk"}}, 128); }),

@@ -290,6 +290,89 @@ TEST(DrafterGpuDflash2, GraphsPagesRunsAndBatchesChangeNoBit) {
   }
 }
 
+// Ten sequences: widths 8 (80 block rows, 70 draft rows: the library GEMMs under gemm_m64=library)
+// and 5 (50 and 40 rows: the mma kernel), contexts that slide past ctx_cap 24.
+std::vector<Step> large_batch_script() {
+  std::vector<Step> steps(4);
+  const int widths[] = {8, 8, 5, 8};
+  for (int i = 0; i < 4; ++i) steps[static_cast<size_t>(i)].width = widths[i];
+  for (int seq = 0; seq < 10; ++seq) {
+    const int64_t rows[] = {10 + seq, 3, 2, 20};
+    int64_t start = 0;
+    for (int i = 0; i < 4; ++i) {
+      start += rows[i];
+      steps[static_cast<size_t>(i)].entries.push_back({seq, rows[i], start, 100 * i + seq + 1});
+    }
+  }
+  return steps;
+}
+
+// gemm_m64=library (the default) hands block GEMMs of 64 rows and more to CUTLASS (E4M3) or
+// cuBLASLt (bf16): graph replay still equals eager and runs repeat bit for bit, but a sequence's
+// outputs alone (8 rows: the mma kernel) and in a batch of ten (80 rows: the library) agree only
+// within the same-precision bound, the bound describe() states; gemm_m64=mma keeps them bitwise.
+// The library results must differ from the mma kernel's somewhere (else the library never ran).
+TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
+  DFLASH_REQUIRE_GPU();
+  const DrafterConfig c = make_config(small_geometry(64));
+  const auto w = make_random_weights(c, 14);
+  const std::vector<Step> steps = large_batch_script();
+  for (Precision precision : {Precision::kFp8, Precision::kBf16}) {
+    const std::string what = std::string(precision_name(precision)) + ": ";
+    HeadSettings s = small_settings(precision);
+    s.max_batch = 10;
+    CudaOptions graphs;
+    graphs.warmup = 1;
+    CudaOptions eager = graphs;
+    eager.graphs = false;
+    CudaOptions bitwise = graphs;
+    bitwise.kernels["gemm_m64"] = "mma";
+    CudaDrafter library(c, w, s, graphs);
+    std::string large, invariance;
+    for (const auto& [key, value] : library.describe()) {
+      if (key == "kernel.gemm_m64") large = value;
+      if (key == "batch_invariance") invariance = value;
+    }
+    EXPECT_EQ(large.rfind("library from 64 block rows", 0), 0u) << what << large;
+    EXPECT_NE(invariance.find("within a rounding bound"), std::string::npos) << what << invariance;
+    const auto all = run_script(library, steps);
+    CudaDrafter library_eager(c, w, s, eager), library_again(c, w, s, graphs);
+    expect_bitwise_equal(all, run_script(library_eager, steps), what + "library: graphs vs eager");
+    expect_bitwise_equal(all, run_script(library_again, steps), what + "library: run to run");
+    CudaDrafter mma(c, w, s, bitwise), mma_alone(c, w, s, bitwise), library_alone(c, w, s, graphs);
+    const auto all_mma = run_script(mma, steps);
+    auto only = [](const std::vector<ProposeOutput>& outputs, int seq) {
+      std::vector<ProposeOutput> kept;
+      for (const ProposeOutput& out : outputs) {
+        if (out.seq == seq) kept.push_back(out);
+      }
+      return kept;
+    };
+    expect_bitwise_equal(only(all_mma, 3), run_script(mma_alone, steps, false, 3), what + "gemm_m64=mma: alone vs batched");
+    const auto alone = run_script(library_alone, steps, false, 3);
+    const auto batched = only(all, 3);
+    ASSERT_EQ(alone.size(), batched.size());
+    double worst = 0;
+    for (size_t i = 0; i < alone.size(); ++i) {
+      const StageBound bound = gpu_test::same_precision_logits_bound(c, precision, s.ctx_cap, alone[i].block_width);
+      const StageCheck cmp = check_stage("logits", 0, alone[i].logits, batched[i].logits, bound);
+      EXPECT_TRUE(cmp.passed) << what << "step " << i << ": " << cmp.fail_criterion << " " << cmp.fail_value << " > "
+                              << cmp.fail_bound;
+      worst = std::max(worst, cmp.ratio);
+    }
+    size_t differing = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      for (size_t j = 0; j < all[i].logits.values.size(); ++j) {
+        differing += gpu_test::float_bits(all[i].logits.values[j]) != gpu_test::float_bits(all_mma[i].logits.values[j]);
+      }
+    }
+    EXPECT_GT(differing, 0u) << what << "the library GEMMs gave the mma kernel's bits everywhere: did they run?";
+    std::printf("[large batch] %s sequence 3 alone vs in a batch of 10: worst logits error/bound %.3g; %zu logits of the "
+                "batch differ in bits from gemm_m64=mma\n",
+                precision_name(precision), worst, differing);
+  }
+}
+
 TEST(DrafterGpuErrors, FailedProposesLeaveEverySequenceUnchanged) {
   DFLASH_REQUIRE_GPU();
   const DrafterConfig c = make_config(small_geometry(64));
@@ -391,7 +474,7 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
   CudaDrafter base(c, w, small_settings(Precision::kFp8), CudaOptions{});
   const auto expected = run_script(base, script());
   const std::vector<std::pair<std::string, std::string>> levers = {
-      {"gemm", "cublaslt"}, {"gemm", "simple"}, {"ctx_gemm", "mma"}, {"ctx_gemm", "simple"}, {"ctx_gemm", "cublaslt"},
+      {"gemm", "cublaslt"}, {"gemm", "simple"}, {"gemm_m64", "mma"}, {"ctx_gemm", "mma"}, {"ctx_gemm", "simple"}, {"ctx_gemm", "cublaslt"},
       {"attention", "generic"}, {"attention", "simple"}, {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"},
       {"swiglu", "separate"}, {"argmax", "separate"}};
   for (const auto& [stage, kernel] : levers) {

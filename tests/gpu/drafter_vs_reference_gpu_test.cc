@@ -166,18 +166,19 @@ TEST(CudaVsReference, Nvfp4HeadBatchedBelowGamma) {
   }
 }
 
-// `rows`: the new context rows of each propose of sequence 0.
-void real_geometry(const DrafterGeometry& g, const std::vector<int64_t>& rows) {
+// `rows`: the new context rows of each propose of sequences 0 .. batch-1.
+void real_geometry(const DrafterGeometry& g, const std::vector<int64_t>& rows, int batch = 1) {
   const auto t0 = std::chrono::steady_clock::now();
   const DrafterConfig config = make_config(g);
   HeadSettings head;
   head.gamma = g.block;
   head.ctx_cap = 4096;
-  head.max_batch = 1;
-  const Fixture f = random_sequence_fixture(g.name, config, make_random_weights(config, 2024), head, rows, 77);
+  head.max_batch = batch;
+  const std::string name = g.name + (batch > 1 ? "-batch" + std::to_string(batch) : "");
+  const Fixture f = random_sequence_fixture(name, config, make_random_weights(config, 2024), head, rows, 77, batch);
   for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
-    judge(replay_pairs(f, precision, false), "geometry", g.name + " " + precision_name(precision));
-    std::printf("[geometry] %s %s done [%.0f s so far]\n", g.name.c_str(), precision_name(precision),
+    judge(replay_pairs(f, precision, false), "geometry", name + " " + precision_name(precision));
+    std::printf("[geometry] %s %s done [%.0f s so far]\n", name.c_str(), precision_name(precision),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
@@ -221,6 +222,16 @@ const std::vector<int64_t> kTwoProposes = {20, 3};
 TEST(CudaVsReferenceRealGeometry, Qwen3_8B) {
   DFLASH_REQUIRE_GPU();
   real_geometry(qwen3_8b_geometry(), kTwoProposes);
+}
+// Batches of 8 and 32 (128 and 512 block rows): the block GEMMs go to the libraries
+// (gemm_m64=library, the default) at the real shapes.
+TEST(CudaVsReferenceRealGeometry, Qwen3_8B_Batch8) {
+  DFLASH_REQUIRE_GPU();
+  real_geometry(qwen3_8b_geometry(), {6}, 8);
+}
+TEST(CudaVsReferenceRealGeometry, Qwen3_8B_Batch32) {
+  DFLASH_REQUIRE_GPU();
+  real_geometry(qwen3_8b_geometry(), {6}, 32);
 }
 TEST(CudaVsReferenceRealGeometry, Qwen3_4B) {
   DFLASH_REQUIRE_GPU();

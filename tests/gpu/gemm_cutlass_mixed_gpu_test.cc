@@ -1,11 +1,13 @@
-// The CUTLASS mixed-input candidate (cuda/gemm_cutlass_mixed.h) against the plain fallback GEMM
+// The CUTLASS mixed-input GEMM (cuda/gemm_cutlass_mixed.h) against the plain fallback GEMM
 // (GemmKernel::kSimple, cuda/gemm_fallback.cu) at the block forward's q|k|v and down shapes and a
-// ragged one (n and k not multiples of the 128 × 64 tiles), m = 64, 128, 200, 512; bitwise batch
-// invariance and run-to-run equality; nothing written outside [m, n]; two planted bugs rejected.
+// ragged one (n and k not multiples of the 128 × 64 tiles), m = 1, 64, 128, 200, 512; run-to-run
+// equality from a dirty workspace (stream-K's split is fixed for a shape); nothing written outside
+// [m, n]; two planted bugs rejected. (Through gemm() with every epilogue: gemm_gpu_test.)
 //
 // Bound (derivation). With K = k_pad terms (the padding is zero), S = Σ a·q exact and
 // M = Σ |a·q|: every product of a bf16 activation and an E4M3 code is exact in fp32 (8 + 4
-// significant bits). The candidate's tensor cores add them with at most K + 8 fp32 additions, each
+// significant bits). The tensor cores add them with at most K + 8 fp32 additions (a stream-K split
+// adds its partial sums instead of continuing one: no more additions), each
 // off by at most one ulp (2^-23 relative: the accumulation may truncate), and its epilogue's
 // multiply by the row scale s rounds once more: |cand − s·S| <= (K + 9)·2^-23·s·M. The fallback
 // adds in k order, rounding to nearest: |raw − S| <= K·2^-24·M; the test multiplies s·raw in
@@ -103,6 +105,8 @@ class CutlassMixedGemm : public ::testing::Test {
     EXPECT_EQ(cudaSuccess, cudaMemset(out.get(), 0xff, out.bytes()));
     const size_t bytes = std::max<size_t>(1, cutlass_mixed_workspace_bytes(m, w.n, w.k_pad));
     DeviceBuffer<uint8_t> workspace(bytes);
+    // Dirty workspace: stream-K must clear what it relies on.
+    EXPECT_EQ(cudaSuccess, cudaMemset(workspace.get(), 0x5a, workspace.bytes()));
     launch_gemm_cutlass_mixed(stream_, a, lda, m, w, out.get(), ld_out, workspace.get(), workspace.bytes());
     EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
     std::vector<uint32_t> bits(out.size());
@@ -175,8 +179,7 @@ TEST_F(CutlassMixedGemm, MatchesTheFallbackWithinTheBoundAndRejectsPlantedBugs) 
     const std::vector<float> raw = run_fallback(d_a.get(), w.k_pad, kMaxM + 1, w.view());
     const std::vector<float> mag = run_fallback(d_abs_a.get(), w.k_pad, kMaxM + 1, w.view(true));
 
-    std::vector<uint32_t> full;
-    for (int64_t m : {int64_t{64}, int64_t{128}, int64_t{200}, kMaxM}) {
+    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{128}, int64_t{200}, kMaxM}) {
       SCOPED_TRACE("m " + std::to_string(m));
       const std::vector<uint32_t> cand = run_candidate(d_a.get(), w.k_pad, m, w.view());
       const Check c = check(cand, m, w, raw, mag);
@@ -185,17 +188,9 @@ TEST_F(CutlassMixedGemm, MatchesTheFallbackWithinTheBoundAndRejectsPlantedBugs) 
                   c.worst_ratio, static_cast<long long>(c.violations));
       EXPECT_EQ(c.violations, 0);
       EXPECT_EQ(c.outside_written, 0);
-      if (m == kMaxM) full = cand;
-      if (m == 200) {
+      // Stream-K's split is fixed for a shape: the same bits again (a dirty workspace each time).
+      if (m == 128 || m == 200) {
         EXPECT_EQ(cand, run_candidate(d_a.get(), w.k_pad, m, w.view())) << "run-to-run bits differ";
-      }
-    }
-    // Batch invariance: the first 64 rows at m = 64 are the same bits as at m = 512.
-    const std::vector<uint32_t> small = run_candidate(d_a.get(), w.k_pad, 64, w.view());
-    const size_t row_words = static_cast<size_t>(w.n + 4);
-    for (size_t r = 0; r < 64; ++r) {
-      for (size_t c = 0; c < static_cast<size_t>(w.n); ++c) {
-        ASSERT_EQ(small[r * row_words + c], full[r * row_words + c]) << "row " << r << " col " << c << " depends on m";
       }
     }
 

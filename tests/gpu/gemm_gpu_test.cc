@@ -1,6 +1,8 @@
-// Every GEMM kernel (mma, cuBLASLt, simple) × weight format (E4M3, bf16) against a CPU loop in
-// double at every m the drafter uses (1..64 block rows, and context chunk sizes), the epilogues,
-// batch invariance bit for bit for our own kernels, E4M3 subnormal codes exactly, argmax ties, and
+// Every GEMM kernel (mma, cuBLASLt, simple, and CUTLASS for E4M3 weights) × weight format (E4M3,
+// bf16) through the one dispatch the drafter calls, against a CPU loop in double at every m the
+// drafter uses (1..64 block rows, and context chunk sizes), the epilogues, batch invariance bit
+// for bit for every kernel but cuBLASLt (CUTLASS's reduction order is fixed too, though not the
+// mma kernel's), E4M3 subnormal codes exactly, argmax ties, and
 // proof that the check rejects a planted "half of each 32-wide K tile" result.
 //
 // Error bound per element (derivation): products of a bf16 activation and a bf16 (or E4M3) weight
@@ -23,6 +25,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/fp8_quant.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_cutlass_mixed.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
@@ -130,6 +133,15 @@ Tensor random_activations(int64_t m, int64_t k, uint64_t seed) { return make_ran
 
 using gpu_test::upload_activations;
 
+// The kernels that serve `format` on this device: CUTLASS takes E4M3 weights only, on sm_90.
+std::vector<GemmKernel> kernels_for(WeightFormat format) {
+  std::vector<GemmKernel> kernels = {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple};
+  std::string why;
+  if (format == WeightFormat::kE4M3 && cutlass_mixed_supported(&why)) kernels.push_back(GemmKernel::kCutlass);
+  if (format == WeightFormat::kE4M3 && !why.empty()) std::printf("[gemm] cutlass not run: %s\n", why.c_str());
+  return kernels;
+}
+
 class GemmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -144,6 +156,8 @@ class GemmTest : public ::testing::Test {
     ctx_.lt_workspace_bytes = workspace_.bytes();
     ctx_.raw = raw_.get();
     ctx_.raw_capacity = raw_.size();
+    ctx_.cutlass_workspace = workspace_.get();  // one stream: the libraries never run at once
+    ctx_.cutlass_workspace_bytes = workspace_.bytes();
   }
   void TearDown() override {
     if (lt_) cublasLtDestroy(lt_);
@@ -198,7 +212,7 @@ TEST_F(GemmTest, EveryKernelAtEveryBlockRowCountMatchesCpuAndIsBatchInvariant) {
       const Reference ref = reference(p, a, kMaxBlockRows);
       // The planted bug: each 32-wide K tile read only in its first half.
       const Reference bug = reference(p, a, kMaxBlockRows, [](int64_t k) { return k % 32 < 16; });
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      for (GemmKernel kernel : kernels_for(format)) {
         const std::string what = std::string(gemm_kernel_name(kernel)) + (format == WeightFormat::kE4M3 ? " e4m3" : " bf16") +
                                  " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
         const std::vector<float> full = run(kernel, p, da, kMaxBlockRows);
@@ -232,7 +246,7 @@ TEST_F(GemmTest, ContextChunkSizesMatchCpu) {
     const Tensor a = random_activations(256, p->k, 99);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(p->k));
     const Reference ref = reference(*p, a, 256);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    for (GemmKernel kernel : kernels_for(p->format)) {
       for (int64_t m : {65, 100, 128, 200, 256}) {
         const std::vector<float> c = run(kernel, *p, da, m);
         EXPECT_LE(worst_ratio(c, ref, m, p->n), 1.0) << gemm_kernel_name(kernel) << " m=" << m;
@@ -271,7 +285,7 @@ TEST_F(GemmTest, E4M3SubnormalCodesAreDecodedExactly) {
   Tensor a = Tensor::zeros({4, k});
   for (float& v : a.values) v = 1.0f;
   const DeviceBuffer<uint16_t> da = upload_activations(a, k);
-  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+  for (GemmKernel kernel : kernels_for(WeightFormat::kE4M3)) {
     const std::vector<float> c = run(kernel, p, da, 4);
     for (int64_t i = 0; i < 4; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -291,7 +305,7 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
     const Tensor a = random_activations(m, k, 3);
     const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
     const Reference ref = reference(p, a, m);
-    for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    for (GemmKernel kernel : kernels_for(format)) {
       const std::string what = gemm_kernel_name(kernel);
       // residual += C
       std::vector<float> residual0(static_cast<size_t>(m * p.n));
@@ -438,7 +452,7 @@ TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
         upload(p, stream_);
       }
       const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(k));
-      for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+      for (GemmKernel kernel : kernels_for(format)) {
         DeviceBuffer<float> logits(static_cast<size_t>(m * n)), values(static_cast<size_t>(m * argmax_blocks(n)));
         DeviceBuffer<int32_t> indices(values.size()), fused(static_cast<size_t>(m)), scanned(static_cast<size_t>(m));
         GemmEpilogue ep;
