@@ -42,14 +42,31 @@ __global__ void gemm_simple_kernel(const uint16_t* a, int64_t lda, int64_t m, co
   raw[row * n + col] = sum;
 }
 
-// One warp per (row, 32-column block).
-__global__ void gemm_epilogue_kernel(const float* raw, int64_t ld_raw, EpilogueArgs args) {
+constexpr int kEpilogueWarps = 4;
+// 32-column blocks per warp: their loads are issued together (the libraries' products reach this
+// kernel at hundreds of MB per propose at batch 32; one block per warp left it launch-bound).
+constexpr int kEpilogueBlocksPerWarp = 8;
+
+// Each warp finishes kEpilogueBlocksPerWarp consecutive 32-column blocks of one row; every element
+// gets the same operations whichever warp runs it.
+__global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(const float* raw, int64_t ld_raw,
+                                                                             EpilogueArgs args) {
   const int64_t row = blockIdx.y;
-  const int64_t col_block = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kArgmaxBlock;
-  if (col_block >= args.n) return;  // whole warp leaves together
-  const int64_t col = col_block + (threadIdx.x & 31);
-  const float v = col < args.n ? raw[row * ld_raw + col] : 0.0f;
-  epilogue_warp(args, row, col_block, v);
+  const int64_t first_block =
+      (static_cast<int64_t>(blockIdx.x) * kEpilogueWarps + threadIdx.x / 32) * kEpilogueBlocksPerWarp;
+  const int lane = threadIdx.x & 31;
+  float v[kEpilogueBlocksPerWarp];
+#pragma unroll
+  for (int i = 0; i < kEpilogueBlocksPerWarp; ++i) {
+    const int64_t col = (first_block + i) * kArgmaxBlock + lane;
+    v[i] = col < args.n ? raw[row * ld_raw + col] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kEpilogueBlocksPerWarp; ++i) {
+    const int64_t col_block = (first_block + i) * kArgmaxBlock;
+    if (col_block >= args.n) break;  // the whole warp leaves together
+    epilogue_warp(args, row, col_block, v[i]);
+  }
 }
 
 }  // namespace
@@ -77,10 +94,9 @@ void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw,
                           const GemmEpilogue& epilogue) {
   if (ld_raw < w.n) throw internal_error("gemm epilogue: ld_raw below n");
   const EpilogueArgs args = make_epilogue_args(w, m, epilogue);
-  constexpr int kWarpsPerBlock = 4;
-  const int64_t blocks = argmax_blocks(w.n);
-  const dim3 grid(static_cast<unsigned>((blocks + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(m));
-  gemm_epilogue_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(raw, ld_raw, args);
+  const int64_t per_cta = kEpilogueWarps * kEpilogueBlocksPerWarp;
+  const dim3 grid(static_cast<unsigned>((argmax_blocks(w.n) + per_cta - 1) / per_cta), static_cast<unsigned>(m));
+  gemm_epilogue_kernel<<<grid, kEpilogueWarps * 32, 0, stream>>>(raw, ld_raw, args);
   DFLASH_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
 }
 
