@@ -23,6 +23,8 @@ PAIRS = [  # (row label, pair label in the log, modes)
     ("fixture fp64 vs CUDA bf16 / fp8", "fixture(fp64) vs cuda-"),
 ]
 GEOMETRIES = ["Qwen3-8B-DFlash-b16", "Qwen3-4B-DFlash-b16", "gpt-oss-20b-DFlash", "Qwen3.8-27B-DFlash2"]
+# Batched runs of a geometry (the gate's --batched-geometry call): a column each when present.
+BATCHED = ["Qwen3-8B-DFlash-b16-batch8", "Qwen3-8B-DFlash-b16-batch32"]
 
 
 def cell(rows):
@@ -57,17 +59,18 @@ def main():
                 planted.append(m.groups())
     if not rows:
         sys.exit(f"{sys.argv[1]}: no [geometry] or [oracle] summary lines")
-    print("| pair | " + " | ".join(re.sub(r"-DFlash(-b16)?$", "", g) for g in GEOMETRIES) +
+    columns = GEOMETRIES + [g for g in BATCHED if any(r["name"] == g for r in rows)]
+    print("| pair | " + " | ".join(re.sub(r"-DFlash(-b16)?(?=$|-batch)", "", g).replace("-batch", " batch ") for g in columns) +
           " | oracle fixtures (worst) |")
-    print("|---|" + "---|" * (len(GEOMETRIES) + 1))
+    print("|---|" + "---|" * (len(columns) + 1))
     for label, pair in PAIRS:
         match = lambda r: r["pair"].startswith(pair)
-        geo = [cell([r for r in rows if r["kind"] == "geometry" and r["name"] == g and match(r)]) for g in GEOMETRIES]
+        geo = [cell([r for r in rows if r["kind"] == "geometry" and r["name"] == g and match(r)]) for g in columns]
         oracle = [dict(r) for r in rows if r["kind"] == "oracle" and match(r)]
         print(f"| {label} | " + " | ".join(geo) + f" | {cell(oracle)} |")
     for geometry, what, stage, criterion, ratio in planted:
         print(f"| planted {what} vs bf16 reference, {geometry} | first divergence {stage} ({criterion}), "
-              f"error/bound {ratio} |" + " |" * len(GEOMETRIES))
+              f"error/bound {ratio} |" + " |" * len(columns))
 
 
 if __name__ == "__main__":
