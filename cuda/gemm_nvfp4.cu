@@ -75,11 +75,6 @@ constexpr int kQuads = kChunk / 4;
 constexpr int kPairStride = kQuads + 2 * (kQuads / 8) + 1;  // units per row pair
 __host__ __device__ constexpr int fragment_unit(int rp, int q) { return rp * kPairStride + q + 2 * (q >> 3); }
 
-__device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 4 : 0));
-}
-
 // Weights are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   uint4 v;
@@ -154,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
       // K is a multiple of 16, so a pair starting below k lies whole inside it.
       const bool valid = m0 + row_s + row < m && k0 + 256 * half < w.k;
       const uint16_t* src = a_thread + row * lda + static_cast<int64_t>(c) * kChunk + 256 * half;
-      cp_async_4(words + 4 * (rp * kPairStride + 80 * half), valid ? src : a, valid);
+      gemm_tiles::cp_async_4(words + 4 * (rp * kPairStride + 80 * half), valid ? src : a, valid);
     }
     gemm_tiles::cp_async_commit();
   };
