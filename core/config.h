@@ -44,6 +44,10 @@ struct Dflash2Config {
     for (bool s : sliding) if (s) return true;
     return false;
   }
+  bool all_sliding() const {
+    for (bool s : sliding) if (!s) return false;
+    return enabled && !sliding.empty();
+  }
 };
 
 struct DrafterConfig {

@@ -10,11 +10,11 @@ namespace dflash {
 
 int clamp_block_width(int requested, int gamma) { return std::clamp(requested, 2, std::max(gamma, 2)); }
 
-KvPageTable::KvPageTable(int num_pages, int page_size, int64_t ctx_cap, uint64_t page_order_seed)
-    : num_pages_(num_pages), page_size_(page_size), ctx_cap_(ctx_cap), owner_(num_pages, -1) {
+KvPageTable::KvPageTable(int num_pages, int page_size, int64_t retained, uint64_t page_order_seed)
+    : num_pages_(num_pages), page_size_(page_size), retained_(retained), owner_(num_pages, -1) {
   if (num_pages < 1) throw bad_input("kv pool: num_pages must be >= 1, got " + std::to_string(num_pages));
   if (page_size < 1) throw bad_input("kv pool: kv_page_size must be >= 1, got " + std::to_string(page_size));
-  if (ctx_cap < 0) throw bad_input("kv pool: ctx_cap must be >= 0, got " + std::to_string(ctx_cap));
+  if (retained < 0) throw bad_input("kv pool: retained positions must be >= 0, got " + std::to_string(retained));
   free_pages_.resize(num_pages);
   for (int i = 0; i < num_pages; ++i) free_pages_[i] = i;
   if (page_order_seed != 0) {
@@ -82,7 +82,7 @@ std::vector<ContextAdmission> KvPageTable::admit(const std::vector<ContextReques
                       (first > seq.next_position ? " (a gap)" : " (an overlap)"));
     }
     const int64_t end = request.start;
-    const int64_t window_begin = ctx_cap_ > 0 ? std::max<int64_t>(0, end - ctx_cap_) : 0;
+    const int64_t window_begin = retained_ > 0 ? std::max<int64_t>(0, end - retained_) : 0;
 
     // Pages wholly before the window leave first, so a sliding sequence can reuse them.
     const int64_t first_needed_page = window_begin / page_size_;

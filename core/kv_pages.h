@@ -43,9 +43,10 @@ struct ContextRequest {
 
 class KvPageTable {
  public:
-  // ctx_cap = 0 means uncapped. page_order_seed = 0 hands pages out in ascending order; any other
+  // `retained`: the newest context positions each sequence keeps (retained_context, core/proposer.h);
+  // 0 keeps every position. page_order_seed = 0 hands pages out in ascending order; any other
   // value hands them out in a fixed pseudo-random order (outputs must not change, invariant 6).
-  KvPageTable(int num_pages, int page_size, int64_t ctx_cap, uint64_t page_order_seed = 0);
+  KvPageTable(int num_pages, int page_size, int64_t retained, uint64_t page_order_seed = 0);
 
   void add(int seq);      // a new, empty sequence; an id in use or released before is an error
   void release(int seq);  // frees its pages; the id may not be used again
@@ -65,7 +66,7 @@ class KvPageTable {
   PoolView pool() const;
   int num_pages() const { return num_pages_; }
   int page_size() const { return page_size_; }
-  int64_t ctx_cap() const { return ctx_cap_; }
+  int64_t retained() const { return retained_; }
 
  private:
   struct Sequence {
@@ -78,7 +79,7 @@ class KvPageTable {
 
   int num_pages_;
   int page_size_;
-  int64_t ctx_cap_;
+  int64_t retained_;
   std::vector<int> free_pages_;  // handed out from the front, returned at the back
   std::vector<int> owner_;
   std::map<int, Sequence> sequences_;

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include "core/error.h"
+#include "core/proposer.h"
 
 namespace dflash {
 namespace {
@@ -101,6 +104,85 @@ TEST(KvPageTable, SeededPageOrderIsAPermutationAndReproducible) {
   const std::vector<int> order = a.pool().free_pages;
   std::set<int> pages(order.begin(), order.end());
   EXPECT_EQ(pages.size(), 32u);
+}
+
+// A DFlash2 config as far as the retention rule reads it: which layers slide, and W.
+DrafterConfig dflash2_layers(std::vector<bool> sliding, int window) {
+  DrafterConfig c;
+  c.num_layers = static_cast<int>(sliding.size());
+  c.dflash2.enabled = true;
+  c.dflash2.sliding = std::move(sliding);
+  c.dflash2.sliding_window = window;
+  return c;
+}
+
+bool has_slot(const KvPageTable& table, int seq, int64_t position) {
+  try {
+    table.slot_of(seq, position);
+    return true;
+  } catch (const HarnessError&) {
+    return false;
+  }
+}
+
+TEST(RetainedContext, WMinusOneWhenEveryLayerSlidesElseTheCap) {
+  HeadSettings head;
+  head.ctx_cap = 4096;
+  EXPECT_EQ(retained_context(dflash2_layers({true, true}, 8), head), 7);
+  EXPECT_EQ(retained_context(dflash2_layers({true, false}, 8), head), 4096);  // the full layer reads them all
+  EXPECT_EQ(retained_context(DrafterConfig{}, head), 4096);                   // plain DFlash
+  head.ctx_cap = 5;
+  EXPECT_EQ(retained_context(dflash2_layers({true, true}, 8), head), 5);  // the cap still applies on top
+  head.ctx_cap = 0;
+  head.uncapped = true;
+  EXPECT_EQ(retained_context(dflash2_layers({true, true}, 8), head), 7);
+  EXPECT_EQ(retained_context(dflash2_layers({false, true}, 8), head), 0);
+}
+
+// An all-sliding drafter (W 8, 4-token pages) whose sequence slides far past W - 1: each step keeps
+// exactly the 7 newest positions, frees the pages that slid out, and runs in the pool sized for 7
+// positions. Negative control: the same steps keeping ctx_cap positions hold the older positions
+// and exhaust that pool.
+TEST(KvPageTable, AllSlidingDrafterEvictsPositionsOlderThanWMinusOne) {
+  const DrafterConfig config = dflash2_layers({true, true}, 8);
+  HeadSettings head;
+  head.ctx_cap = 4096;
+  head.kv_page_size = 4;
+  const int64_t retained = retained_context(config, head);
+  ASSERT_EQ(retained, 7);
+  const int pool_pages = static_cast<int>(head.pages_for(retained));
+  ASSERT_EQ(pool_pages, 3);  // ceil(7 / 4) + 1: a window of 7 straddles at most 3 pages
+
+  KvPageTable table(pool_pages, head.kv_page_size, retained);
+  KvPageTable keeping(pool_pages, head.kv_page_size, head.ctx_cap);
+  table.add(0);
+  keeping.add(0);
+  int64_t start = 0;
+  bool keeping_exhausted = false;
+  for (int64_t rows : {6, 5, 9, 3, 4}) {
+    start += rows;
+    table.admit({{0, start, rows}});
+    const SequenceView v = table.view(0);
+    const int64_t first_kept = std::max<int64_t>(0, start - 7);
+    EXPECT_EQ(v.window_begin, first_kept) << "s = " << start;
+    EXPECT_EQ(v.first_logical_page, first_kept / 4) << "s = " << start;
+    for (int64_t p = 0; p < start; ++p) EXPECT_EQ(has_slot(table, 0, p), p >= first_kept) << "s = " << start << ", position " << p;
+    const PoolView pool = table.pool();
+    EXPECT_EQ(static_cast<int>(pool.free_pages.size()) + owned_pages(pool), pool_pages) << "s = " << start;
+    EXPECT_EQ(owned_pages(pool), static_cast<int>((start - 1) / 4 - first_kept / 4 + 1)) << "s = " << start;
+
+    if (keeping_exhausted) continue;
+    try {
+      keeping.admit({{0, start, rows}});
+      // Without eviction the positions before s - 7 keep their slots: the check above would fail.
+      if (start > 7) EXPECT_TRUE(has_slot(keeping, 0, start - 8)) << "s = " << start;
+    } catch (const HarnessError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kPoolExhausted);
+      keeping_exhausted = true;
+    }
+  }
+  EXPECT_EQ(start, 27);
+  EXPECT_TRUE(keeping_exhausted) << "keeping ctx_cap positions should not fit the pool sized for W - 1";
 }
 
 TEST(ClampBlockWidth, FollowsTheEngineRule) {

@@ -11,7 +11,7 @@ namespace dflash {
 PagedProposer::PagedProposer(const DrafterConfig& config, const HeadSettings& settings)
     : config_(config),
       settings_(settings),
-      table_(settings.pool_pages, settings.kv_page_size, settings.uncapped ? 0 : settings.ctx_cap,
+      table_(settings.pool_pages, settings.kv_page_size, retained_context(config, settings),
              settings.page_order_seed),
       block_g_(clamp_block_width(settings.gamma, settings.gamma)) {}
 

@@ -25,9 +25,30 @@ bool parse_precision(const std::string& name, Precision* out) {
   return false;
 }
 
-int64_t HeadSettings::max_window() const {
+int64_t HeadSettings::max_window(const DrafterConfig& config) const {
   const int64_t pool_slots = static_cast<int64_t>(pool_pages) * kv_page_size;
-  return uncapped ? pool_slots : std::min<int64_t>(ctx_cap, pool_slots);
+  const int64_t retained = retained_context(config, *this);
+  return retained == 0 ? pool_slots : std::min<int64_t>(retained, pool_slots);
+}
+
+int64_t retained_context(const DrafterConfig& config, const HeadSettings& settings) {
+  const int64_t cap = settings.uncapped ? 0 : settings.ctx_cap;
+  if (!config.dflash2.all_sliding()) return cap;
+  // W >= 2 whenever a head is built (B <= W, B >= 2), so W - 1 >= 1 never reads as "uncapped".
+  const int64_t visible = std::max<int64_t>(int64_t{config.dflash2.sliding_window} - 1, 1);
+  return cap == 0 ? visible : std::min(cap, visible);
+}
+
+int64_t retained_new_rows(const DrafterConfig& config, const HeadSettings& settings, int64_t new_rows) {
+  const int64_t retained = retained_context(config, settings);
+  return retained == 0 ? new_rows : std::min(new_rows, retained);
+}
+
+std::string retained_context_rule(const DrafterConfig& config, const HeadSettings& settings) {
+  const std::string cap = settings.uncapped ? std::string("uncapped") : "ctx_cap " + std::to_string(settings.ctx_cap);
+  if (!config.dflash2.all_sliding()) return cap;
+  return "min(" + cap + ", W - 1 = " + std::to_string(config.dflash2.sliding_window - 1) +
+         "): every layer slides, older positions are evicted";
 }
 
 int64_t HeadSettings::pages_for(int64_t window_positions) const {
@@ -66,8 +87,9 @@ HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
                     std::to_string(config.dflash2.sliding_window) + " (DFlash2 requires B <= W); refusing");
   }
   if (s.pool_pages == 0) {
-    if (s.uncapped) throw bad_input("head: an uncapped window needs an explicit pool_pages");
-    s.pool_pages = static_cast<int>(s.pages_for(s.ctx_cap));
+    const int64_t retained = retained_context(config, s);
+    if (retained == 0) throw bad_input("head: an uncapped window needs an explicit pool_pages");
+    s.pool_pages = static_cast<int>(s.pages_for(retained));
   }
   // Every pool together: K and V of every layer, one nkv·d row per slot.
   const int64_t slots = int64_t{s.pool_pages} * s.kv_page_size;

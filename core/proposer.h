@@ -48,10 +48,22 @@ struct HeadSettings {
   // Pages per layer pool for max_batch windows of `window_positions` each (a window can straddle
   // one page more than it fills); refused past limits::kPoolPages.
   int64_t pages_for(int64_t window_positions) const;
-  // The most context positions one window can hold: ctx_cap, or the whole pool when uncapped or
-  // smaller (resolved settings).
-  int64_t max_window() const;
+  // The most context positions one window can hold: retained_context, or the whole pool when that
+  // is unbounded or smaller (resolved settings).
+  int64_t max_window(const DrafterConfig& config) const;
 };
+
+// The context positions each sequence keeps cached, the newest ones; 0 = every position (uncapped).
+// ctx_cap (docs/spec/drafter.md §5), and when every layer of a DFlash2 drafter slides, at most
+// W - 1: no block row can attend to an older position, so older rows are evicted
+// (docs/spec/dflash2.md §4). The one rule both drafters, their pool sizes and the checks use.
+int64_t retained_context(const DrafterConfig& config, const HeadSettings& settings);
+// Of a propose's `new_rows` context rows, how many enter the sequence's window: min(new_rows,
+// retained_context), or all of them when every position is retained.
+int64_t retained_new_rows(const DrafterConfig& config, const HeadSettings& settings, int64_t new_rows);
+// The same in words, for describe() and the checks' messages: "ctx_cap 4096", "uncapped", or
+// "min(ctx_cap 4096, W - 1 = 7): every layer slides, older positions are evicted".
+std::string retained_context_rule(const DrafterConfig& config, const HeadSettings& settings);
 
 // One sequence's part of a batched propose.
 struct ProposeInput {

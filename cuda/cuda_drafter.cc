@@ -121,7 +121,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   sm_count_ = prop.multiProcessorCount;
 
   const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
-  max_window_ = settings_.max_window();
+  max_window_ = settings_.max_window(config_);
   max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
   max_chunks_ = static_cast<int>((max_window_ + max_width_ + kAttentionChunk - 1) / kAttentionChunk);
 
@@ -379,8 +379,8 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                                                  "for bit with the judged one"
                                            : "off (eager launches)");
   d.emplace_back("kv_cache", "paged bf16, one pool per layer: " + std::to_string(settings_.pool_pages) + " pages x " +
-                                 std::to_string(settings_.kv_page_size) + " tokens; window " +
-                                 (settings_.uncapped ? std::string("uncapped") : std::to_string(settings_.ctx_cap)));
+                                 std::to_string(settings_.kv_page_size) + " tokens; retains " +
+                                 retained_context_rule(config_, settings_) + " context positions per sequence");
   d.emplace_back("scratch", std::to_string(settings_.max_batch) + " sequences x " + std::to_string(max_width_) +
                                 " block rows; context chunks of " + std::to_string(kContextChunkRows) + " rows");
   return d;

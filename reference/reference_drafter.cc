@@ -100,6 +100,7 @@ class ReferenceDrafter final : public PagedProposer {
         {"gamma", std::to_string(settings_.gamma)},
         {"block_g", std::to_string(block_g_)},
         {"ctx_cap", settings_.uncapped ? "uncapped" : std::to_string(settings_.ctx_cap)},
+        {"retained_context", retained_context_rule(config_, settings_)},
         {"max_batch", std::to_string(settings_.max_batch)},
         {"kv_page_size", std::to_string(settings_.kv_page_size)},
         {"pool_pages", std::to_string(settings_.pool_pages)},

@@ -20,7 +20,7 @@ HeadSettings head_for(const Fixture& fixture, Precision precision) {
 
 // The reference's K/V of context rows at the lane's precision, for windows as long as the lane's.
 ContextKvFunction recompute_for(const Fixture& fixture, Precision precision) {
-  const int64_t window = head_for(fixture, precision).resolved(fixture.config).max_window();
+  const int64_t window = head_for(fixture, precision).resolved(fixture.config).max_window(fixture.config);
   return make_reference_context_kv(fixture.config, fixture.weights, precision, window);
 }
 

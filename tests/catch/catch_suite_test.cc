@@ -44,7 +44,7 @@ ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir) {
   HeadSettings head = fixture.head;
   head.poison_freed_pages = true;
   std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, kLanePrecision);
-  const int64_t window = head.resolved(fixture.config).max_window();
+  const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
   ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, kLanePrecision, window);
   return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true, recompute}}, {});
 }

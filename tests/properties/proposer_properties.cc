@@ -36,7 +36,7 @@ bool exact_precision(Precision p) { return p == Precision::kFp32 || p == Precisi
 RunOptions checking_stored_kv(const Backend& backend, const Scenario& s, RunOptions run = {}) {
   if (!backend.kv_oracle) return run;
   run.recompute_kv =
-      backend.kv_oracle(s.config, s.weights, s.settings.precision, s.settings.resolved(s.config).max_window());
+      backend.kv_oracle(s.config, s.weights, s.settings.precision, s.settings.resolved(s.config).max_window(s.config));
   return run;
 }
 
