@@ -132,8 +132,7 @@ std::vector<InvariantViolation> check_propose_output(const DraftProposer& propos
 std::vector<InvariantViolation> check_windows(const DraftProposer& proposer,
                                               const std::map<int, int64_t>& expected_next_position) {
   std::vector<InvariantViolation> out;
-  const HeadSettings& settings = proposer.settings();
-  const bool capped = !(settings.uncapped || settings.ctx_cap == 0);
+  const int64_t retained = retained_context(proposer.config(), proposer.settings());
 
   std::vector<int> active;
   try {
@@ -163,7 +162,7 @@ std::vector<InvariantViolation> check_windows(const DraftProposer& proposer,
       add(&out, "introspection", who + ": sequence_view threw: " + e.what());
       continue;
     }
-    const int64_t begin = capped ? std::max<int64_t>(0, next - settings.ctx_cap) : 0;
+    const int64_t begin = retained > 0 ? std::max<int64_t>(0, next - retained) : 0;
     if (view.seq != seq) {
       add(&out, "window", who + ": its view is labelled sequence " + std::to_string(view.seq));
     }
@@ -174,9 +173,9 @@ std::vector<InvariantViolation> check_windows(const DraftProposer& proposer,
     }
     if (view.window_begin != begin) {
       add(&out, "window",
-          who + ": window starts at position " + std::to_string(view.window_begin) + "; the most recent min(" +
-              std::to_string(next) + ", ctx_cap " + (capped ? std::to_string(settings.ctx_cap) : "uncapped") +
-              ") positions start at " + std::to_string(begin));
+          who + ": window starts at position " + std::to_string(view.window_begin) + "; the most recent of its " +
+              std::to_string(next) + " positions it retains (" +
+              retained_context_rule(proposer.config(), proposer.settings()) + ") start at " + std::to_string(begin));
     }
   }
   return out;

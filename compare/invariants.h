@@ -21,7 +21,7 @@ struct InvariantViolation {
 std::vector<InvariantViolation> check_propose_output(const DraftProposer& proposer, int requested_width,
                                                      const ProposeOutput& output);
 
-// Every active sequence's window is exactly the most recent min(total, ctx_cap) positions, given
+// Every active sequence's window is exactly the most recent min(total, retained_context) positions, given
 // the total context positions each sequence has received (seq -> next position).
 std::vector<InvariantViolation> check_windows(const DraftProposer& proposer,
                                               const std::map<int, int64_t>& expected_next_position);

@@ -23,8 +23,6 @@ bool all_nan(const float* row, int64_t n) {
   return true;
 }
 
-bool capped(const HeadSettings& s) { return !(s.uncapped || s.ctx_cap == 0); }
-
 }  // namespace
 
 std::optional<PoolSnapshot> snapshot_pools(const DraftProposer& proposer) {
@@ -152,7 +150,7 @@ std::vector<InvariantViolation> check_attention_spans(const DraftProposer& propo
   std::vector<InvariantViolation> out;
   const std::vector<AttentionSpan> spans = proposer.attention_spans();
   if (spans.empty()) return out;  // no report: a test double
-  const HeadSettings& s = proposer.settings();
+  const int64_t retained = retained_context(proposer.config(), proposer.settings());
   std::set<int> reported;
   for (const AttentionSpan& span : spans) {
     reported.insert(span.seq);
@@ -161,14 +159,14 @@ std::vector<InvariantViolation> check_attention_spans(const DraftProposer& propo
       out.push_back({"attention-window", seq_name(span.seq) + ": attention read it, but it was not proposed"});
       continue;
     }
-    const int64_t first = capped(s) ? std::max<int64_t>(0, anchor->second - s.ctx_cap) : 0;
+    const int64_t first = retained > 0 ? std::max<int64_t>(0, anchor->second - retained) : 0;
     const int64_t last = anchor->second - 1;
     if (span.first != first || span.last != last) {
       out.push_back({"attention-window",
                      seq_name(span.seq) + ": attention read context positions " + std::to_string(span.first) + ".." +
                          std::to_string(span.last) + "; the window before anchor position " +
-                         std::to_string(anchor->second) + " (ctx_cap " +
-                         (capped(s) ? std::to_string(s.ctx_cap) : std::string("uncapped")) + ") is " +
+                         std::to_string(anchor->second) + " (" +
+                         retained_context_rule(proposer.config(), proposer.settings()) + ") is " +
                          std::to_string(first) + ".." + std::to_string(last)});
     }
   }

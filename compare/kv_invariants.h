@@ -7,7 +7,7 @@
 //  kv-poison          in the debug mode (HeadSettings::poison_freed_pages) every slot of a free page
 //                     holds NaN in every layer;
 //  attention-window   the context positions attention read for a sequence are exactly the spec's
-//                     window: the most recent min(total, ctx_cap) positions before the anchor.
+//                     window: the most recent min(total, retained_context) positions before the anchor.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -239,6 +239,27 @@ TEST(OracleFixtures, WidthsWindowsAndTapOrder) {
   EXPECT_EQ(x.draft_tokens_name, "s0.q0.drafts");
 }
 
+// An all-sliding drafter (W 8) retains 7 of 10 new rows: it is compared with the expectation's last
+// 7 rows (rows 3..9), a mixed one with all 10.
+TEST(OracleFixtures, EvictingDrafterIsComparedWithTheLastCtxProjRows) {
+  DrafterConfig config;
+  config.num_layers = 2;
+  config.dflash2.enabled = true;
+  config.dflash2.sliding = {true, true};
+  config.dflash2.sliding_window = 8;
+  HeadSettings head;
+  Tensor tap = Tensor::zeros({10, 2});
+  for (int64_t r = 0; r < 10; ++r) tap.row(r)[0] = static_cast<float>(r);
+  const Tensor kept = expected_ctx_proj_rows(tap, config, head, 10);
+  ASSERT_EQ(kept.shape, (std::vector<int64_t>{7, 2}));
+  EXPECT_EQ(kept.row(0)[0], 3.0f);
+  EXPECT_EQ(kept.row(6)[0], 9.0f);
+  const Tensor five({5, 1}, {0, 1, 2, 3, 4});
+  EXPECT_EQ(expected_ctx_proj_rows(five, config, head, 5).values, five.values);  // all 5 rows enter the window
+  config.dflash2.sliding[1] = false;
+  EXPECT_EQ(expected_ctx_proj_rows(tap, config, head, 10).shape, tap.shape);
+}
+
 TEST(Captures, EngineCapturesLoad) {
   const fs::path captures = testing::captures_dir();
   ASSERT_TRUE(fs::is_directory(captures)) << "the bundled engine captures are missing: " << captures.string();

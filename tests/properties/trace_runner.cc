@@ -122,13 +122,13 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_taps(const Dr
 TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions& options) {
   const DrafterConfig& config = proposer.config();
   const HeadSettings& settings = proposer.settings();
-  const bool capped = !(settings.uncapped || settings.ctx_cap == 0);
+  const int64_t retained = retained_context(config, settings);
   const int64_t features = config.ctx_feature_dim();
 
   PoolModel model;
   model.num_pages = proposer.pool_view().num_pages;
   model.page_size = settings.kv_page_size;
-  model.ctx_cap = capped ? settings.ctx_cap : 0;
+  model.ctx_cap = retained;
 
   std::set<int> added;                 // proposer ids
   std::map<int, int64_t> next;         // proposer id -> next position, for active sequences
@@ -260,7 +260,7 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
       if (!violations.empty()) fail_case(where + ": output broken:" + describe_violations(violations));
       if (options.want_taps) {
         const int64_t count = requests[b].count;
-        const int64_t new_rows = capped ? std::min<int64_t>(count, settings.ctx_cap) : count;
+        const int64_t new_rows = retained_new_rows(config, settings, count);
         const std::string bad = check_taps(proposer, out, new_rows);
         if (!bad.empty()) fail_case(where + ": sequence " + std::to_string(out.seq) + ": " + bad);
       }
