@@ -236,6 +236,19 @@ Backend misconfigured(const Backend& backend, const std::string& name, void (*ed
                  });
 }
 
+// Runs an all-sliding DFlash2 drafter with W shifted by shift(settings) while reporting the real config.
+Backend with_window_shift(const Backend& backend, const std::string& name, int (*shift)(const HeadSettings&)) {
+  return wrapped(backend, backend.name + "+" + name,
+                 [shift, name](const ProposerFactory& inner, const DrafterConfig& config,
+                               std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                   if (!config.dflash2.all_sliding()) throw bad_input(name + ": needs a drafter whose every layer slides");
+                   DrafterConfig shifted = config;
+                   shifted.dflash2.sliding_window += shift(settings);
+                   return std::unique_ptr<DraftProposer>(std::make_unique<ConfigMisreportingProposer>(
+                       inner(shifted, std::move(weights), settings), config));
+                 });
+}
+
 }  // namespace
 
 Backend clamp_off_by_one(const Backend& backend) {
@@ -267,6 +280,14 @@ Backend window_off_by_one(const Backend& backend) {
                    claimed.ctx_cap = settings.ctx_cap;
                    return std::unique_ptr<DraftProposer>(std::make_unique<MisreportingProposer>(std::move(proposer), claimed));
                  });
+}
+
+Backend keeps_evicted_page(const Backend& backend) {
+  return with_window_shift(backend, "keeps-evicted-page", [](const HeadSettings& s) { return s.kv_page_size; });
+}
+
+Backend evicts_one_position_too_many(const Backend& backend) {
+  return with_window_shift(backend, "evicts-one-too-many", [](const HeadSettings&) { return -1; });
 }
 
 Backend leaky_batch(const Backend& backend) { return wrap_with<LeakyBatch>(backend, "leaky-batch"); }

@@ -14,6 +14,11 @@ Backend non_atomic_exhaustion(const Backend& backend);
 Backend row_past_the_block(const Backend& backend);
 // Attends to ctx_cap + 1 positions while reporting ctx_cap.
 Backend window_off_by_one(const Backend& backend);
+// Windowed eviction (docs/spec/dflash2.md §4) on an all-sliding DFlash2 drafter, while the config
+// it reports says W: runs with W + kv_page_size, so it keeps a page of positions that slid out.
+Backend keeps_evicted_page(const Backend& backend);
+// The same with W - 1: it evicts one position too many (the newest W - 1 minus one are kept).
+Backend evicts_one_position_too_many(const Backend& backend);
 // In a batch of two or more, the first context row of the first sequence leaks into the second's.
 Backend leaky_batch(const Backend& backend);
 // The output picks up the physical page it sits on: one ulp on the first logit when the
