@@ -42,6 +42,26 @@ struct CudaDrafterDebug {
     DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
   }
 
+  static void fill_kv_slots(CudaDrafter& d, int layer, const std::vector<int64_t>& slots, uint16_t bits) {
+    const int64_t kv_dim = d.config_.kv_dim();
+    const int64_t pool_slots = static_cast<int64_t>(d.settings_.pool_pages) * d.settings_.kv_page_size;
+    if (layer < 0 || layer >= d.config_.num_layers) throw bad_input("fill_kv_slots: no layer " + std::to_string(layer));
+    for (int64_t slot : slots) {
+      if (slot < 0 || slot >= pool_slots) {
+        throw bad_input("fill_kv_slots: slot " + std::to_string(slot) + " outside the pool of " + std::to_string(pool_slots));
+      }
+    }
+    const std::vector<uint16_t> row(static_cast<size_t>(kv_dim), bits);
+    for (int64_t slot : slots) {
+      for (const DeviceBuffer<uint16_t>* pool : {&d.k_pool_[static_cast<size_t>(layer)], &d.v_pool_[static_cast<size_t>(layer)]}) {
+        DFLASH_CUDA_CHECK(cudaMemcpyAsync(pool->get() + slot * kv_dim, row.data(), row.size() * 2,
+                                          cudaMemcpyHostToDevice, d.stream_));
+      }
+    }
+    // Stream-ordered after the last propose and complete before `row` goes out of scope.
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(d.stream_));
+  }
+
   static void store_block_row(CudaDrafter& d, int64_t slot) {
     const int64_t kv_dim = d.config_.kv_dim();
     const int64_t pool_slots = static_cast<int64_t>(d.settings_.pool_pages) * d.settings_.kv_page_size;
@@ -107,6 +127,9 @@ QuantizedRows download_fp8_weight(const CudaDrafter& drafter, const std::string&
 
 void copy_kv_slot(CudaDrafter& drafter, int layer, int64_t from, int64_t to) {
   CudaDrafterDebug::copy_kv_slot(drafter, layer, from, to);
+}
+void fill_kv_slots(CudaDrafter& drafter, int layer, const std::vector<int64_t>& slots, uint16_t bits) {
+  CudaDrafterDebug::fill_kv_slots(drafter, layer, slots, bits);
 }
 void store_block_row(CudaDrafter& drafter, int64_t slot) { CudaDrafterDebug::store_block_row(drafter, slot); }
 void lengthen_last_windows(CudaDrafter& drafter) { CudaDrafterDebug::lengthen_last_windows(drafter); }

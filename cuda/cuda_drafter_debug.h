@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -59,6 +60,9 @@ class BlockForwardWithout {
 // with the page-table bookkeeping untouched.
 // Layer `layer`'s K and V of slot `from` copied over slot `to` (a row stored at the wrong slot).
 void copy_kv_slot(CudaDrafter& drafter, int layer, int64_t from, int64_t to);
+// Layer `layer`'s K and V of every slot in `slots` overwritten with the bf16 bit pattern `bits`
+// (0xFFFF is NaN): garbage where the drafter must not read.
+void fill_kv_slots(CudaDrafter& drafter, int layer, const std::vector<int64_t>& slots, uint16_t bits);
 // The last layer's block K/V of the last propose's first block row stored at `slot` (a block row
 // kept in the pool).
 void store_block_row(CudaDrafter& drafter, int64_t slot);
