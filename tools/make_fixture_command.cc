@@ -1,6 +1,7 @@
 // `dflash-harness make-fixture OUT_DIR --seed N --geometry G`: a synthetic fixture.
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "fixtures/synthetic.h"
 #include "tools/commands.h"
@@ -10,15 +11,18 @@ namespace {
 
 struct MakeFixtureArgs {
   std::string out_dir;
+  std::string context_rows;
   SyntheticOptions options;
 };
 
-int run_make_fixture(const MakeFixtureArgs& args) {
+int run_make_fixture(MakeFixtureArgs& args) {
+  if (!args.context_rows.empty()) args.options.context_rows = parse_context_rows(args.context_rows);
   const SyntheticOptions& o = args.options;
   std::cout << "seed " << o.seed << "\n" << std::flush;
   make_synthetic_fixture(args.out_dir, o);
-  std::cout << "wrote a " << o.geometry << " fixture to " << args.out_dir << " (seed " << o.seed << ", " << o.steps
-            << " steps, expectations: " << o.expect_precision << ")\n";
+  std::cout << "wrote a " << o.geometry << " fixture to " << args.out_dir << " (seed " << o.seed << ", "
+            << (o.context_rows.empty() ? std::to_string(o.steps) + " steps" : "the fixed batch of --context-rows")
+            << ", expectations: " << o.expect_precision << ")\n";
   return kExitPass;
 }
 
@@ -46,8 +50,14 @@ Command add_make_fixture_command(CLI::App& app) {
   cmd->add_option("--max-batch", o.max_batch, "Most sequences in one propose")->capture_default_str();
   cmd->add_option("--prompt-rows", o.prompt_rows,
                   "Most context rows of a new sequence's prompt (default: min(ctx-cap + 8, 3 gamma + 16))");
+  cmd->add_option("--context-rows", args->context_rows,
+                  "A fixed batch instead of the random trace: new context rows per propose, ',' between "
+                  "proposes, '/' between sequences (e.g. 2,1,1/7,0,0); every sequence proposes in every step "
+                  "while it has entries; --steps, --sequences and --prompt-rows are then unused");
   cmd->add_option("--ctx-scale", o.ctx_scale, "Context features drawn from U(-s, s)")->capture_default_str();
   cmd->add_flag("--tied-logits", o.tied_logits, "lm_head rows equal in pairs: every argmax is an exact tie");
+  cmd->add_flag("--without-taps", o.without_taps,
+                "Expectations without the taps: logits, draft tokens and the DFlash2 selector object only");
   cmd->add_option("--expect-precision", o.expect_precision,
                   "Precision of the reference that computes the expectations, or none for a trace only")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "none"}))

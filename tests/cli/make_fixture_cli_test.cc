@@ -63,6 +63,25 @@ TEST(MakeFixtureCli, Bf16ExpectationsOfOtherGeometriesPassTheBf16Model) {
   }
 }
 
+TEST(MakeFixtureCli, ContextRowsMakeOneFixedBatch) {
+  const std::string dir = scratch_dir("rows");
+  const RunResult made = make(dir, {"--geometry", "tiny-gqa", "--context-rows", "3,0,2/9,1", "--without-taps"});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const RunResult inspect = run_harness({"inspect", dir});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("[seq 0, 3 rows, start 3, width 8] [seq 1, 9 rows, start 9, width 8]"), std::string::npos)
+      << inspect.output;
+  EXPECT_NE(inspect.output.find("step 2: propose [seq 0, 2 rows, start 5, width 8]\n"), std::string::npos)
+      << inspect.output;
+  EXPECT_NE(inspect.output.find("taps 0"), std::string::npos) << inspect.output;
+  EXPECT_EQ(run_harness({"replay", dir}).exit_code, 0);
+  for (const char* bad : {"3,,2", "0,1", "3,x", "3,", "1/1/1"}) {
+    const RunResult refused = make(scratch_dir("bad"), {"--context-rows", bad});
+    EXPECT_EQ(refused.exit_code, 2) << bad << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("--context-rows"), std::string::npos) << refused.output;
+  }
+}
+
 TEST(MakeFixtureCli, BadOptionsExitTwo) {
   EXPECT_EQ(make(scratch_dir("x"), {"--geometry", "tiny-moe"}).exit_code, 2);
   const RunResult steps = make(scratch_dir("y"), {"--steps", "0"});
