@@ -131,8 +131,10 @@ struct MadeControl {
 
 TEST(Dflash2Controls, TheFixturesMadeWithTheReferenceFailTheirControls) {
   const std::vector<MadeControl> controls = {
+      // Made by the evicting reference: its ctx_proj holds the W - 1 rows retained, and a drafter
+      // with W retains one more.
       {"d2-block-equals-window", "W instead of W - 1", Dflash2Fault::kNone,
-       [](DrafterConfig* c) { c->dflash2.sliding_window += 1; }, "L0.attn"},
+       [](DrafterConfig* c) { c->dflash2.sliding_window += 1; }, "ctx_proj"},
       {"d2-block-equals-window", "causal block", Dflash2Fault::kCausalBlock, nullptr, "L0.attn"},
       {"d2-gamma-wider-than-block", "conv wraps", Dflash2Fault::kConvWraps, nullptr, "L0.attn_conv_in"},
       {"d2-gamma-wider-than-block", "layer 1 sliding", Dflash2Fault::kNone,
