@@ -145,6 +145,9 @@ TEST(Dflash2Controls, TheFixturesMadeWithTheReferenceFailTheirControls) {
        "selector.unary"},
       {"d2-scalars", "no softcap", Dflash2Fault::kNone, [](DrafterConfig* c) { c->dflash2.final_logit_softcapping = 0; },
        "selector.unary"},
+      // No taps in this one: a window fault is first seen at the logits.
+      {"d2-batch-windows", "W instead of W - 1", Dflash2Fault::kNone,
+       [](DrafterConfig* c) { c->dflash2.sliding_window += 1; }, "logits"},
   };
   for (const MadeControl& control : controls) {
     Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/dflash2/" + control.fixture);
@@ -158,7 +161,7 @@ TEST(Dflash2Controls, TheFixturesMadeWithTheReferenceFailTheirControls) {
         << control.fixture << ": " << control.what << ": " << r.first_divergence->detail;
   }
   // The walk leaves the argmax somewhere in each: a drafter without the selector is named.
-  for (const char* name : {"d2-block-equals-window", "d2-gamma-wider-than-block", "d2-scalars"}) {
+  for (const char* name : {"d2-block-equals-window", "d2-gamma-wider-than-block", "d2-scalars", "d2-batch-windows"}) {
     Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/dflash2/" + name);
     fixture.load_weights();
     const ReplayResult r = replay_on(fixture, fixture.config, true);
