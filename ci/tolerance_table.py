@@ -23,8 +23,6 @@ PAIRS = [  # (row label, pair label in the log, modes)
     ("fixture fp64 vs CUDA bf16 / fp8", "fixture(fp64) vs cuda-"),
 ]
 GEOMETRIES = ["Qwen3-8B-DFlash-b16", "Qwen3-4B-DFlash-b16", "gpt-oss-20b-DFlash", "Qwen3.8-27B-DFlash2"]
-# Batched runs of a geometry (the gate's --batched-geometry call): a column each when present.
-BATCHED = ["Qwen3-8B-DFlash-b16-batch8", "Qwen3-8B-DFlash-b16-batch32"]
 
 
 def cell(rows):
@@ -59,7 +57,10 @@ def main():
                 planted.append(m.groups())
     if not rows:
         sys.exit(f"{sys.argv[1]}: no [geometry] or [oracle] summary lines")
-    columns = GEOMETRIES + [g for g in BATCHED if any(r["name"] == g for r in rows)]
+    # Batched runs of a geometry ("<geometry>-batch<N>", the gate's --batched-geometry call): a
+    # column each, after the geometry columns, by batch size.
+    batched = {r["name"] for r in rows if r["kind"] == "geometry" and re.search(r"-batch\d+$", r["name"])}
+    columns = GEOMETRIES + sorted(batched, key=lambda g: (g.rsplit("-batch", 1)[0], int(g.rsplit("-batch", 1)[1])))
     print("| pair | " + " | ".join(re.sub(r"-DFlash(-b16)?(?=$|-batch)", "", g).replace("-batch", " batch ") for g in columns) +
           " | oracle fixtures (worst) |")
     print("|---|" + "---|" * (len(columns) + 1))

@@ -151,6 +151,7 @@ struct Prepared {
 
   void prepare(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
                void* workspace_in, size_t workspace_bytes, cudaStream_t stream) {
+    check_arguments(a, lda, m, w, out, ld_out);  // before the device is touched
     args = make_arguments(a, lda, m, w, out, ld_out);
     workspace = workspace_in;
     const size_t needed = Gemm::get_workspace_size(args);
@@ -181,11 +182,6 @@ struct Prepared {
   }
 };
 
-void check_supported() {
-  std::string why;
-  if (!cutlass_mixed_supported(&why)) throw unsupported(why);
-}
-
 }  // namespace
 
 struct CutlassMixedGemm::Impl {
@@ -195,8 +191,8 @@ struct CutlassMixedGemm::Impl {
 CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
                                    int64_t ld_out, void* workspace, size_t workspace_bytes, cudaStream_t stream)
     : impl_(std::make_unique<Impl>()) {
-  check_arguments(a, lda, m, w, out, ld_out);
-  check_supported();
+  std::string why;
+  if (!cutlass_mixed_supported(&why)) throw unsupported(why);
   impl_->prepared.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);
 }
 
@@ -209,8 +205,6 @@ void CutlassMixedGemm::run(cudaStream_t stream) { impl_->prepared.run(stream, tr
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes) {
-  check_arguments(a, lda, m, w, out, ld_out);
-  check_supported();
   // Prepared on the stream, which clears the workspace: the launch needs no second clear.
   Prepared p;
   p.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);

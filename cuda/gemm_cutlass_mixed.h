@@ -29,7 +29,8 @@ size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad);
 // of 8; w: E4M3 with scales, no bias, n a multiple of 4; out: fp32 [m, ld_out], ld_out >= n and a
 // multiple of 4; every pointer 16-byte aligned; the workspace at least cutlass_mixed_workspace_bytes.
 // Anything else is refused (kBadInput) before the device is touched. Stream-K clears its
-// workspace on `stream` first.
+// workspace on `stream` first. The caller has asked cutlass_mixed_supported once (the drafter at
+// construction): on another device the launch fails with the CUDA error.
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes);

@@ -129,6 +129,15 @@ void expect_bitwise_equal(const std::vector<ProposeOutput>& a, const std::vector
   }
 }
 
+// The outputs of sequence `seq`, in order.
+std::vector<ProposeOutput> outputs_of(const std::vector<ProposeOutput>& outputs, int seq) {
+  std::vector<ProposeOutput> kept;
+  for (const ProposeOutput& out : outputs) {
+    if (out.seq == seq) kept.push_back(out);
+  }
+  return kept;
+}
+
 struct Variant {
   int head_dim;
   Precision precision;
@@ -196,11 +205,7 @@ TEST_P(DrafterGpu, BatchPagePermutationAndRunToRunInvariance) {
   const auto all = run_script(batched, script());
   expect_bitwise_equal(all, run_script(shuffled, script()), "page order permuted");
   expect_bitwise_equal(all, run_script(again, script()), "run to run");
-  std::vector<ProposeOutput> seq1;
-  for (const ProposeOutput& out : all) {
-    if (out.seq == 1) seq1.push_back(out);
-  }
-  expect_bitwise_equal(seq1, run_script(alone, script(), false, 1), "sequence 1 alone vs batched");
+  expect_bitwise_equal(outputs_of(all, 1), run_script(alone, script(), false, 1), "sequence 1 alone vs batched");
 }
 
 TEST_P(DrafterGpu, TapsComeInForwardOrderWithTheirShapesAndChangeNothing) {
@@ -268,11 +273,7 @@ TEST(DrafterGpuDflash2, GraphsPagesRunsAndBatchesChangeNoBit) {
     expect_bitwise_equal(all, run_script(without, script()), what + "graphs vs eager");
     expect_bitwise_equal(all, run_script(shuffled, script()), what + "page order permuted");
     expect_bitwise_equal(all, run_script(again, script()), what + "run to run");
-    std::vector<ProposeOutput> seq1;
-    for (const ProposeOutput& out : all) {
-      if (out.seq == 1) seq1.push_back(out);
-    }
-    expect_bitwise_equal(seq1, run_script(alone, script(), false, 1), what + "sequence 1 alone vs batched");
+    expect_bitwise_equal(outputs_of(all, 1), run_script(alone, script(), false, 1), what + "sequence 1 alone vs batched");
     const auto with = run_script(tapped, script(), true);
     expect_bitwise_equal(all, with, what + "taps on vs off");
     const std::vector<std::string> names = forward_stage_order(c.num_layers, true);
@@ -341,16 +342,9 @@ TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
     expect_bitwise_equal(all, run_script(library_again, steps), what + "library: run to run");
     CudaDrafter mma(c, w, s, bitwise), mma_alone(c, w, s, bitwise), library_alone(c, w, s, graphs);
     const auto all_mma = run_script(mma, steps);
-    auto only = [](const std::vector<ProposeOutput>& outputs, int seq) {
-      std::vector<ProposeOutput> kept;
-      for (const ProposeOutput& out : outputs) {
-        if (out.seq == seq) kept.push_back(out);
-      }
-      return kept;
-    };
-    expect_bitwise_equal(only(all_mma, 3), run_script(mma_alone, steps, false, 3), what + "gemm_m64=mma: alone vs batched");
+    expect_bitwise_equal(outputs_of(all_mma, 3), run_script(mma_alone, steps, false, 3), what + "gemm_m64=mma: alone vs batched");
     const auto alone = run_script(library_alone, steps, false, 3);
-    const auto batched = only(all, 3);
+    const auto batched = outputs_of(all, 3);
     ASSERT_EQ(alone.size(), batched.size());
     double worst = 0;
     for (size_t i = 0; i < alone.size(); ++i) {
