@@ -3,11 +3,11 @@
 // Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
 // activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
 // the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
-// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp loads its weight rows'
-// codes and block scales for the chunk into registers (16-byte loads, each weight byte read once;
-// three CTAs per SM keep enough bytes in flight), and the CTA double-buffers the chunk's
-// activations in shared memory with cp.async (laid out as mma A fragments, fragment_unit), one
-// barrier per chunk.
+// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp holds its weight rows'
+// codes and block scales for one chunk in registers (16-byte loads, each weight byte read once),
+// refilling each quarter of them with the next chunk's as soon as it is consumed, so that a chunk
+// per warp is always in flight; the CTA double-buffers the chunk's activations in shared memory
+// with cp.async (laid out as mma A fragments, fragment_unit), one barrier per chunk.
 //
 // Fragment layout. A reduction may visit k in any order as long as A and B agree, so each thread
 // takes the k its own 16-byte code load holds: in a 512-column chunk, thread (g = lane / 4,
@@ -83,9 +83,9 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+__device__ __forceinline__ uint32_t load_stream4(const uint8_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
 
@@ -123,12 +123,15 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
     codes[j] = w.codes + row * code_stride + 16 * t;
     scales[j] = w.block_scales + row * scale_stride + 8 * t;
   }
-  auto load_chunk = [&](int c, ChunkWeights& cw) {
+  // Quarter i of chunk c's codes (k = 128i + [0, 128) of the chunk), and half h of its scales.
+  auto load_codes = [&](int c, int i, ChunkWeights& cw) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) cw.codes[j][i] = load_stream(codes[j] + c * (kChunk / 2) + 64 * i);
+  };
+  auto load_scales = [&](int c, int h, ChunkWeights& cw) {
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) cw.codes[j][i] = load_stream(codes[j] + c * (kChunk / 2) + 64 * i);
-      cw.scales[j] = load_stream8(scales[j] + c * (kChunk / 16));
+      (h == 0 ? cw.scales[j].x : cw.scales[j].y) = load_stream4(scales[j] + c * (kChunk / 16) + 4 * h);
     }
   };
   // The activation copy: the CTA's MT·8·kQuads units of 4 words are 16·MT words per thread. Thread
@@ -139,32 +142,48 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
   const uint16_t* const a_thread = a + (m0 + row_s) * lda + col_s;
   const int unit_thread = fragment_unit(0, q0);
   static_assert(kThreads * 16 == 8 * kQuads * 4, "16 words per thread and m16 tile");
+  static_assert(8 * MT <= 32, "one bit per row pair");
+  // Bit rp: the thread's row of row pair rp is below m. Computed once, so that a copy costs a bit
+  // test; an invalid copy reads nothing (zero-filled) whatever its address.
+  uint32_t row_mask = 0;
+#pragma unroll
+  for (int rp = 0; rp < 8 * MT; ++rp) {
+    if (m0 + row_s + (rp >> 3) * 16 + (rp & 7) < m) row_mask |= 1u << rp;
+  }
   auto copy_activations = [&](int c, uint4* buffer) {
     uint32_t* const words = reinterpret_cast<uint32_t*>(buffer) + 4 * unit_thread + word_s;
+    // K is a multiple of 16, so a pair starting below k lies whole inside it.
     const int64_t k0 = static_cast<int64_t>(c) * kChunk + col_s;
+    const uint32_t valid_rows[2] = {k0 < w.k ? row_mask : 0u, k0 + 256 < w.k ? row_mask : 0u};
+    const uint16_t* src = a_thread + static_cast<int64_t>(c) * kChunk;  // row pair rp's row
 #pragma unroll
-    for (int j = 0; j < 16 * MT; ++j) {
-      const int rp = j >> 1, half = j & 1;  // quad q0 + 64·half of row pair rp
-      const int row = (rp >> 3) * 16 + (rp & 7);
-      // K is a multiple of 16, so a pair starting below k lies whole inside it.
-      const bool valid = m0 + row_s + row < m && k0 + 256 * half < w.k;
-      const uint16_t* src = a_thread + row * lda + static_cast<int64_t>(c) * kChunk + 256 * half;
-      gemm_tiles::cp_async_4(words + 4 * (rp * kPairStride + 80 * half), valid ? src : a, valid);
+    for (int rp = 0; rp < 8 * MT; ++rp) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // quads q0 and q0 + 64
+        gemm_tiles::cp_async_4_if(words + 4 * (rp * kPairStride + 80 * half), src + 256 * half,
+                                  valid_rows[half] & (1u << rp));
+      }
+      src += ((rp & 7) == 7 ? 9 : 1) * lda;  // rows 0..7, then 16..23, ...
     }
     gemm_tiles::cp_async_commit();
   };
   // The weights never depend on the previous kernel: their first chunk is fetched before the wait.
+  // Afterwards each quarter's registers are refilled with the next chunk's quarter as soon as they
+  // are consumed, so that a chunk of weights is always in flight (one chunk of registers).
   ChunkWeights cur;
-  load_chunk(0, cur);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) load_codes(0, i, cur);
+  load_scales(0, 0, cur);
+  load_scales(0, 1, cur);
   float acc[MT][kTilesPerWarp][4] = {};
   pdl_wait();  // the activations come from the previous kernel
   copy_activations(0, smem);
   for (int c = 0; c < chunks; ++c) {
-    if (c > 0) load_chunk(c, cur);
     gemm_tiles::cp_async_wait<0>();
     __syncthreads();  // chunk c's activations are in; chunk c-1's buffer has no readers left
     if (c + 1 < chunks) copy_activations(c + 1, smem + ((c + 1) & 1) * kBufferUnits);
-    const uint4* buffer = smem + (c & 1) * kBufferUnits;
+    // Unit fragment_unit(8mt + g, 32i + 8t + 2wd) is the lane's base plus 8mt·kPairStride + 40i + 2wd.
+    const uint4* lane_units = smem + (c & 1) * kBufferUnits + fragment_unit(g, 8 * t);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // Blocks 8i + 2t and 8i + 2t + 1 (words 0, 1 and words 2, 3 of the thread's 32 codes), times
@@ -187,9 +206,9 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
         uint4 f0[MT], f1[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int unit = fragment_unit(8 * mt + g, 32 * i + 8 * t + 2 * wd);
-          f0[mt] = buffer[unit];
-          f1[mt] = buffer[unit + 1];
+          const int unit = 8 * mt * kPairStride + 40 * i + 2 * wd;
+          f0[mt] = lane_units[unit];
+          f1[mt] = lane_units[unit + 1];
         }
 #pragma unroll
         for (int j = 0; j < kTilesPerWarp; ++j) {
@@ -201,6 +220,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
             gemm_tiles::mma_bf16_16816(acc[mt][j], f1[mt].x, f1[mt].y, f1[mt].z, f1[mt].w, b[2], b[3]);
           }
         }
+      }
+      if (c + 1 < chunks) {
+        load_codes(c + 1, i, cur);
+        if (i % 2 == 1) load_scales(c + 1, i / 2, cur);  // half h serves quarters 2h and 2h + 1
       }
     }
   }
@@ -236,6 +259,14 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
 }
 static_assert(kStageStride * 16 * 4 <= smem_bytes<1>(), "the staging fits in the chunk buffers");
 static_assert(fragment_unit(0, kQuads - 1) < kPairStride, "a row pair's quads fit its stride");
+constexpr bool lane_offsets_are_constants() {
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 4; ++i)
+      for (int wd = 0; wd < 4; ++wd)
+        if (fragment_unit(0, 32 * i + 8 * t + 2 * wd) != fragment_unit(0, 8 * t) + 40 * i + 2 * wd) return false;
+  return true;
+}
+static_assert(lane_offsets_are_constants(), "the lane's shared loads are its base plus constants");
 static_assert(fragment_unit(0, 64) - fragment_unit(0, 0) == 80 && kQuads == 128, "the copy's offset of quad q0 + 64");
 
 // Once per instantiation and process, before its first launch (prepare_nvfp4_kernels runs them at

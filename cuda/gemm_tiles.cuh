@@ -46,6 +46,13 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool 
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 4 : 0));
 }
+// The same, copying only where `copy` is nonzero (a flag word tested as one predicate).
+__device__ __forceinline__ void cp_async_4_if(void* smem, const void* global, uint32_t copy) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile(
+      "{\n .reg .pred skip;\n setp.eq.u32 skip, %2, 0;\n cp.async.ca.shared.global [%0], [%1], 4, skip;\n}\n" ::"r"(dst),
+      "l"(global), "r"(copy));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

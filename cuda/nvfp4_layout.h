@@ -25,18 +25,29 @@ inline int64_t nvfp4_pad_k(int64_t k) { return (k + kNvFp4KChunk - 1) / kNvFp4KC
 // low nibble of byte j'), the bits of its sign, e1, e0 and m. Each sign lands on bit 15 of a bf16
 // half and each magnitude (e1 e0 m) on bits 8..6: the two low exponent bits and the top mantissa
 // bit, which as bf16 is the E2M1 value times 2^-126 exactly (e = 0 gives the subnormals that
-// E2M1's 0 and 0.5 need). Codes 2r and 2r+1 come out as bf16x2 register r.
-constexpr int kNvFp4PackedBits[8][4] = {{15, 8, 7, 6},   {31, 24, 23, 22}, {12, 5, 4, 3},    {28, 21, 20, 19},
-                                        {9, 2, 1, 0},    {25, 18, 17, 16}, {11, 14, 13, 10}, {27, 30, 29, 26}};
+// E2M1's 0 and 0.5 need). Codes 2r and 2r+1 come out as bf16x2 register r. The positions make
+// the unpacking 9 integer instructions per word (three registers one shift and one mask each, the
+// fourth two): no placement of whole codes lets all four be a single shift (checked exhaustively).
+constexpr int kNvFp4PackedBits[8][4] = {{15, 8, 7, 6},  {31, 24, 23, 22}, {5, 30, 29, 28}, {21, 14, 13, 12},
+                                        {11, 4, 3, 2},  {27, 20, 19, 18}, {1, 26, 25, 0},  {17, 10, 9, 16}};
+
+DFLASH_HOST_DEVICE inline uint32_t nvfp4_rotate_right(uint32_t w, int r) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(w, w, r);
+#else
+  return (w >> r) | (w << (32 - r));
+#endif
+}
 
 // A packed word's 8 codes as four bf16x2 bit patterns (codes 2r, 2r+1, the lower in the low half),
 // each the E2M1 value times 2^-126.
 DFLASH_HOST_DEVICE inline void nvfp4_unpack_word(uint32_t w, uint32_t (&raw)[4]) {
   constexpr uint32_t kSignMagnitude = 0x81C081C0u;  // bits 15, 8..6 and 31, 24..22
+  constexpr uint32_t kAllButM = 0x81808180u;        // register 3 takes m (bits 6, 22) from elsewhere
   raw[0] = w & kSignMagnitude;
-  raw[1] = (w << 3) & kSignMagnitude;
-  raw[2] = (w << 6) & kSignMagnitude;
-  raw[3] = ((w >> 6) & 0x01800180u) | ((w >> 4) & 0x00400040u) | ((w << 4) & 0x80008000u);
+  raw[1] = nvfp4_rotate_right(w, 22) & kSignMagnitude;
+  raw[2] = (w << 4) & kSignMagnitude;
+  raw[3] = (nvfp4_rotate_right(w, 18) & kAllButM) | ((w << 6) & (kSignMagnitude & ~kAllButM));
 }
 
 // The checkpoint's code word (code j in bits 4j..4j+3: m, e0, e1, sign from the low bit) re-packed.
