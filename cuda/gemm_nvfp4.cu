@@ -3,11 +3,11 @@
 // Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
 // activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
 // the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
-// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp holds its weight rows'
-// codes and block scales for one chunk in registers (16-byte loads, each weight byte read once),
-// refilling each quarter of them with the next chunk's as soon as it is consumed, so that a chunk
-// per warp is always in flight; the CTA double-buffers the chunk's activations in shared memory
-// with cp.async (laid out as mma A fragments, fragment_unit), one barrier per chunk.
+// 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp loads its weight rows'
+// codes and block scales for the chunk into registers (16-byte loads, each weight byte read once;
+// three CTAs per SM keep enough bytes in flight), and the CTA double-buffers the chunk's
+// activations in shared memory with cp.async (laid out as mma A fragments, fragment_unit), one
+// barrier per chunk.
 //
 // Fragment layout. A reduction may visit k in any order as long as A and B agree, so each thread
 // takes the k its own 16-byte code load holds: in a 512-column chunk, thread (g = lane / 4,
@@ -83,9 +83,9 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint32_t load_stream4(const uint8_t* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+__device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
@@ -123,15 +123,12 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
     codes[j] = w.codes + row * code_stride + 16 * t;
     scales[j] = w.block_scales + row * scale_stride + 8 * t;
   }
-  // Quarter i of chunk c's codes (k = 128i + [0, 128) of the chunk), and half h of its scales.
-  auto load_codes = [&](int c, int i, ChunkWeights& cw) {
-#pragma unroll
-    for (int j = 0; j < kTilesPerWarp; ++j) cw.codes[j][i] = load_stream(codes[j] + c * (kChunk / 2) + 64 * i);
-  };
-  auto load_scales = [&](int c, int h, ChunkWeights& cw) {
+  auto load_chunk = [&](int c, ChunkWeights& cw) {
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
-      (h == 0 ? cw.scales[j].x : cw.scales[j].y) = load_stream4(scales[j] + c * (kChunk / 16) + 4 * h);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cw.codes[j][i] = load_stream(codes[j] + c * (kChunk / 2) + 64 * i);
+      cw.scales[j] = load_stream8(scales[j] + c * (kChunk / 16));
     }
   };
   // The activation copy: the CTA's MT·8·kQuads units of 4 words are 16·MT words per thread. Thread
@@ -168,17 +165,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
     gemm_tiles::cp_async_commit();
   };
   // The weights never depend on the previous kernel: their first chunk is fetched before the wait.
-  // Afterwards each quarter's registers are refilled with the next chunk's quarter as soon as they
-  // are consumed, so that a chunk of weights is always in flight (one chunk of registers).
   ChunkWeights cur;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) load_codes(0, i, cur);
-  load_scales(0, 0, cur);
-  load_scales(0, 1, cur);
+  load_chunk(0, cur);
   float acc[MT][kTilesPerWarp][4] = {};
   pdl_wait();  // the activations come from the previous kernel
   copy_activations(0, smem);
   for (int c = 0; c < chunks; ++c) {
+    if (c > 0) load_chunk(c, cur);
     gemm_tiles::cp_async_wait<0>();
     __syncthreads();  // chunk c's activations are in; chunk c-1's buffer has no readers left
     if (c + 1 < chunks) copy_activations(c + 1, smem + ((c + 1) & 1) * kBufferUnits);
@@ -220,10 +213,6 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
             gemm_tiles::mma_bf16_16816(acc[mt][j], f1[mt].x, f1[mt].y, f1[mt].z, f1[mt].w, b[2], b[3]);
           }
         }
-      }
-      if (c + 1 < chunks) {
-        load_codes(c + 1, i, cur);
-        if (i % 2 == 1) load_scales(c + 1, i / 2, cur);  // half h serves quarters 2h and 2h + 1
       }
     }
   }
