@@ -26,8 +26,9 @@ inline int64_t nvfp4_pad_k(int64_t k) { return (k + kNvFp4KChunk - 1) / kNvFp4KC
 // half and each magnitude (e1 e0 m) on bits 8..6: the two low exponent bits and the top mantissa
 // bit, which as bf16 is the E2M1 value times 2^-126 exactly (e = 0 gives the subnormals that
 // E2M1's 0 and 0.5 need). Codes 2r and 2r+1 come out as bf16x2 register r. The positions make
-// the unpacking 9 integer instructions per word (three registers one shift and one mask each, the
-// fourth two): no placement of whole codes lets all four be a single shift (checked exhaustively).
+// the unpacking 9 integer instructions per word (register 0 a mask, 1 and 2 a shift and a mask, 3
+// two of each): no placement of whole codes makes every register a single shift and mask (an
+// exhaustive search over rotations finds none).
 constexpr int kNvFp4PackedBits[8][4] = {{15, 8, 7, 6},  {31, 24, 23, 22}, {5, 30, 29, 28}, {21, 14, 13, 12},
                                         {11, 4, 3, 2},  {27, 20, 19, 18}, {1, 26, 25, 0},  {17, 10, 9, 16}};
 
