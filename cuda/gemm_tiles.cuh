@@ -41,12 +41,8 @@ __device__ __forceinline__ void cp_async_16_stream(void* smem, const void* globa
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
 }
-// 4 bytes (cp.async's smallest copy goes through L1: .ca); invalid: zero-filled, nothing read.
-__device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 4 : 0));
-}
-// The same, copying only where `copy` is nonzero (a flag word tested as one predicate).
+// 4 bytes (cp.async's smallest copy goes through L1: .ca), only where `copy` is nonzero (a flag
+// word tested as one predicate); elsewhere the 4 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_4_if(void* smem, const void* global, uint32_t copy) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile(
