@@ -45,6 +45,15 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
 
 namespace {
 
+// The fp32 scratch a kernel that finishes in the epilogue kernel writes its m × n products to.
+float* raw_scratch(GemmKernel kernel, const GemmContext& ctx, int64_t m, int64_t n) {
+  if (ctx.raw == nullptr || static_cast<size_t>(m * n) > ctx.raw_capacity) {
+    throw internal_error("gemm " + std::string(gemm_kernel_name(kernel)) + ": scratch for " + std::to_string(m) + "x" +
+                         std::to_string(n) + " accumulators was not allocated");
+  }
+  return ctx.raw;
+}
+
 // The libraries (cuBLASLt, CUTLASS) multiply; the fallbacks' epilogue kernel does the rest, so each
 // value gets the mma kernel's fp32 operations in the same order. CUTLASS also scales (its epilogue
 // multiplies as ours does); cuBLASLt reads E4M3 weights through unscaled bf16 copies. A product
@@ -55,12 +64,8 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
   const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
   const bool direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr &&
                       epilogue.swiglu_out == nullptr && w.bias == nullptr;
-  float* product = direct ? epilogue.out : ctx.raw;
+  float* product = direct ? epilogue.out : raw_scratch(kernel, ctx, m, w.n);
   const int64_t ld_product = direct ? epilogue.ld_out : w.n;
-  if (!direct && (ctx.raw == nullptr || static_cast<size_t>(m * w.n) > ctx.raw_capacity)) {
-    throw internal_error("gemm " + std::string(gemm_kernel_name(kernel)) + ": scratch for " + std::to_string(m) + "x" +
-                         std::to_string(w.n) + " accumulators was not allocated");
-  }
   if (kernel == GemmKernel::kCutlass) {
     DeviceMatrixView unbiased = w;
     unbiased.bias = nullptr;  // added by the epilogue kernel
@@ -93,12 +98,9 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
     case GemmKernel::kSimple:
       break;
   }
-  if (ctx.raw == nullptr || static_cast<size_t>(m * w.n) > ctx.raw_capacity) {
-    throw internal_error("gemm simple: scratch for " + std::to_string(m) + "x" + std::to_string(w.n) +
-                         " accumulators was not allocated");
-  }
-  launch_gemm_simple(ctx.stream, a, lda, m, w, ctx.raw);
-  launch_gemm_epilogue(ctx.stream, ctx.raw, w.n, m, w, epilogue);
+  float* raw = raw_scratch(kernel, ctx, m, w.n);
+  launch_gemm_simple(ctx.stream, a, lda, m, w, raw);
+  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue);
 }
 
 }  // namespace dflash
