@@ -8,11 +8,14 @@
 
 #include "core/error.h"
 #include "cuda/cuda_check.h"
+#include "cuda/attention_tiles.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/mutations.cuh"
 
 namespace dflash {
 namespace {
+
+using namespace attention_tiles;  // the building blocks of the kernels below (attention_tiles.cuh)
 
 constexpr int kPartialWarps = 4;
 constexpr int kPartialThreads = kPartialWarps * 32;
@@ -20,33 +23,6 @@ constexpr int kPartialThreads = kPartialWarps * 32;
 // over more CTAs, so no warp runs a long serial chain of rows.
 constexpr int kQueryRowsPerCta = 16;
 constexpr int kSimpleThreads = 128;
-
-// Where key j of sequence b lives: context position window_begin + j in the paged pool while
-// j < window_length, else block row j - window_length in the scratch.
-__device__ __forceinline__ const __nv_bfloat16* key_row(const AttentionArgs& a, const uint16_t* pool,
-                                                        const uint16_t* block, int b, int64_t j, int window_length,
-                                                        int kv_head) {
-  const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * a.head_dim;
-  const uint16_t* row;
-  if (j < window_length) {
-    const int64_t position = a.window_begin[b] + j;
-    const int64_t logical = position / a.page_size - a.first_logical_page[b];
-    const int64_t page = a.block_tables[static_cast<int64_t>(b) * a.max_pages_per_seq + logical];
-    row = pool + (page * a.page_size + position % a.page_size) * kv_dim;
-  } else {
-    row = block + (static_cast<int64_t>(b) * a.block_width + (j - window_length)) * kv_dim;
-  }
-  return reinterpret_cast<const __nv_bfloat16*>(row) + static_cast<int64_t>(kv_head) * a.head_dim;
-}
-
-// The first key (index into window then block) that block row i sees: 0 in a full layer; in a
-// sliding layer the context position s + i - (W - 1), i.e. window_length - (W - 1) + i, clamped to
-// the window (block keys, at window_length and on, are always seen since B <= W).
-__device__ __forceinline__ int64_t first_visible_key(const AttentionArgs& a, int window_length, int64_t i) {
-  if (a.window_left < 0) return 0;
-  const int64_t first = static_cast<int64_t>(window_length) - a.window_left + i;
-  return first < 0 ? 0 : (first > window_length ? window_length : first);
-}
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -77,7 +53,8 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
   const int b = blockIdx.z, kv_head = blockIdx.y / query_groups, chunk = blockIdx.x;
   const int first_query = (blockIdx.y % query_groups) * kQueryRowsPerCta;
   const int last_query = min(first_query + kQueryRowsPerCta, query_rows);
-  const int window_length = a.window_length[b];
+  const SequenceWindow w = sequence_window(a, b);
+  const int window_length = w.length;
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
   if (first_key >= total_keys) return;  // this sequence's window is shorter than the grid
@@ -97,8 +74,9 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
 
   // Where each key of the chunk lives (one page-table lookup per key), then the copy.
   for (int jj = threadIdx.x; jj < keys; jj += kPartialThreads) {
-    k_src[jj] = key_row(a, a.k_pool, a.k_block, b, first_key + jj, window_length, kv_head);
-    v_src[jj] = key_row(a, a.v_pool, a.v_block, b, first_key + jj, window_length, kv_head);
+    const KeyRows rows = key_rows(a, w, b, first_key + jj, kv_head);
+    k_src[jj] = rows.k;
+    v_src[jj] = rows.v;
   }
   __syncthreads();
   if (d % 8 == 0) {  // 16-byte pieces (every tuned head_dim)
@@ -197,121 +175,55 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tuned kernel: tensor cores (mma.sync.m16n8k16 bf16 -> fp32) for S = Q·Kᵀ and P·V.
-//
-// One CTA per (64-key chunk, kv head, sequence). Its query rows are the (block row i, head of the
-// GQA group) pairs, row r = i·group + (head - kv_head·group), split into m-tiles of 16 rows; warp w
-// takes m-tiles w, w + 4, ... Rows past query_rows are zero and never stored. The chunk's K and V
-// rows are staged in shared memory with cp.async (16-byte pieces; rows of keys past `keys` are
-// zero-filled), each row padded by 16 bytes so that the 8 row addresses of every ldmatrix phase hit
-// distinct banks.
-//
-// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), lane = 4g + t:
-//   A (16x16): reg0 = (row g, cols 2t, 2t+1), reg1 = (row g+8, cols 2t, 2t+1),
-//              reg2 = (row g, cols 2t+8, 2t+9), reg3 = (row g+8, cols 2t+8, 2t+9); low half = lower col.
-//   B (16x8, .col): reg0 = (rows k 2t, 2t+1; col n g), reg1 = (rows k 2t+8, 2t+9; col n g).
-//   C (16x8 fp32): c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g+8, cols 2t, 2t+1).
-// S: A = Q rows (loaded straight from global memory), B(k = dim, n = key) = K[key][dim]: K row-major
-// in shared memory is the .col operand; ldmatrix.x4 (no .trans) of keys n0..n0+15 × dims
-// 16kk..16kk+15 gives the B registers of two n-tiles (matrix 0/1: keys n0..+7, dims +0/+8; matrix
-// 2/3: keys n0+8..+15). P·V: the C fragments of S n-tiles 2kk and 2kk+1 are the A fragment of k-step
-// kk (keys 16kk..16kk+15); B(k = key, n = dim) = V[key][dim] comes from ldmatrix.x4.trans (matrix
-// 0/1: keys 16kk..+7 / +8..+15 of dims n0..n0+7, matrix 2/3: the same keys of dims n0+8..+15).
-//
-// Precision: scores are fp32 (bf16 products are exact) times the scale with __fmul_rn; p = expf(s -
-// m) in fp32, exactly as the CUDA-core kernel. p is never rounded to bf16: it is split exactly into
-// three bf16 parts p = hi + mid + lo (hi = bf16_rn(p), mid = bf16_rn(p - hi), lo = p - hi - mid,
-// each difference exact in fp32 and lo exactly representable: 24 = 3 x 8 significant bits), and
-// hi·V goes to one accumulator while mid·V and lo·V go to a second one (at most 2^-8 of the first,
-// so its rounding errors are negligible); the two are added once, in fp32, at the end of the chunk.
-// Every reduction has a fixed order (mma k-steps in order, per-thread trees, xor shuffles), no
-// atomics: same inputs -> same bits, independent of the other sequences.
+// Tuned kernels: tensor cores, built from attention_tiles.cuh (fragments and precision there). The
+// query rows of a (sequence, kv head) are the (block row i, head of the GQA group) pairs, row
+// r = i·group + (head - kv_head·group), in m-tiles of 16 rows; rows past the last are zero and
+// never stored.
 
+// Which rows of a chunk one staging call copies: the cached window's rows (and the zero-filled
+// ones: past the chunk's keys, or seen by no block row) may be copied before the PDL wait, the
+// block rows (qk_norm_rope's output) only after it.
+enum class StagedRows { kWindow, kBlock, kAll };
+
+// Stages the K rows of keys [first_key, first_key + 64) and, when with_v, the V columns of the P·V
+// passes pass_group, pass_group + pass_ctas, ... (only those are read) into tiles of
+// row_stride<D>() elements per row. row_of(jj) gives the KeyRows of key first_key + jj.
+template <int D, typename RowOf>
+__device__ __forceinline__ void stage_chunk(const RowOf& row_of, const AttentionArgs& a, int64_t first_key, int keys,
+                                            int window_length, int64_t first_read, uint32_t k_tile, uint32_t v_tile,
+                                            bool with_v, int pass_group, int pass_ctas, StagedRows which) {
+  constexpr int kPieces = D / 8;  // 16-byte pieces per row
+  for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += blockDim.x) {
+    const int jj = idx / kPieces, piece = idx % kPieces;
+    const bool valid = jj < keys && first_key + jj >= first_read;
+    if (which != StagedRows::kAll) {
+      const bool window_pass = which == StagedRows::kWindow;
+      if (valid ? (first_key + jj < window_length) != window_pass : !window_pass) continue;
+    }
+    const uint32_t offset = static_cast<uint32_t>((jj * row_stride<D>() + piece * 8) * 2);
+    const bool v_read = with_v && (piece * 8 / kPassColumns) % pass_ctas == pass_group;
+    if (!valid) {
+      cp_async_16(k_tile + offset, a.k_block, 0);
+      if (v_read) cp_async_16(v_tile + offset, a.v_block, 0);
+      continue;
+    }
+    const KeyRows rows = row_of(jj);
+    cp_async_16(k_tile + offset, rows.k + piece * 8, 16);
+    if (v_read) cp_async_16(v_tile + offset, rows.v + piece * 8, 16);
+  }
+}
+
+// Split-KV: one CTA per (64-key chunk, kv head, sequence), warp w taking m-tiles w, w + 4, ...; each
+// chunk's m, l and unnormalized O go to the partial buffers and the combine kernel merges them.
+// pass_ctas > 1: that many CTAs share the chunk, each computing S and the softmax statistics
+// (identically) and the P·V passes pass_group, pass_group + pass_ctas, ...: a shorter chain per
+// CTA, the same instructions for every output element (same bits). Only group 0 stores m and l.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * 32;
-constexpr int kPassColumns = 64;  // output columns per P·V pass: accumulators stay at 2 x 32 floats
 
 template <int D>
-constexpr int mma_row_stride() {  // bf16 elements per staged K / V row: D plus 16 bytes
-  return D + 8;
-}
-template <int D>
-constexpr size_t mma_smem_bytes() {
-  return static_cast<size_t>(2) * kAttentionChunk * mma_row_stride<D>() * sizeof(uint16_t);
-}
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; src_bytes 0 fills the destination with zeros (reads nothing).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-
-// c += a · b for one 16x8x16 tile (bf16 inputs, fp32 accumulators).
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
-  return (static_cast<uint32_t>(__bfloat16_as_ushort(v.y)) << 16) | __bfloat16_as_ushort(v.x);
-}
-
-// (x0, x1) = hi + mid + lo exactly, each part a bf16 pair (x0 in the low half).
-__device__ __forceinline__ void split_bf16x3(float x0, float x1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float r0 = __fsub_rn(x0, __low2float(h)), r1 = __fsub_rn(x1, __high2float(h));
-  const __nv_bfloat162 m = __floats2bfloat162_rn(r0, r1);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(__fsub_rn(r0, __low2float(m)), __fsub_rn(r1, __high2float(m)));
-  hi = bf16x2_bits(h);
-  mid = bf16x2_bits(m);
-  lo = bf16x2_bits(l);
-}
-
-// Query row r of this CTA: block row r / group, head kv_head·group + r % group; null past query_rows.
-template <int D>
-__device__ __forceinline__ const uint32_t* query_words(const AttentionArgs& a, int b, int kv_head, int group,
-                                                       int query_rows, int r) {
-  if (r >= query_rows) return nullptr;
-  const int64_t row = static_cast<int64_t>(b) * a.block_width + r / group;
-  const int head = kv_head * group + r % group;
-  return reinterpret_cast<const uint32_t*>(a.q + (row * a.num_heads + head) * D);
-}
-
-// A fragments of the 16 query rows of m-tile `tile` for every k-step (zero past query_rows).
-template <int D>
-__device__ __forceinline__ void load_query_fragments(uint32_t (&qf)[D / 16][4], const AttentionArgs& a, int b,
-                                                     int kv_head, int group, int query_rows, int tile, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const uint32_t* row0 = query_words<D>(a, b, kv_head, group, query_rows, tile * 16 + g);
-  const uint32_t* row1 = query_words<D>(a, b, kv_head, group, query_rows, tile * 16 + g + 8);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {  // word w holds columns 2w, 2w + 1
-    qf[kk][0] = row0 != nullptr ? row0[kk * 8 + t] : 0u;
-    qf[kk][1] = row1 != nullptr ? row1[kk * 8 + t] : 0u;
-    qf[kk][2] = row0 != nullptr ? row0[kk * 8 + 4 + t] : 0u;
-    qf[kk][3] = row1 != nullptr ? row1[kk * 8 + 4 + t] : 0u;
-  }
+constexpr size_t mma_smem_bytes() {  // one K and one V tile
+  return static_cast<size_t>(2) * kAttentionChunk * row_stride<D>() * sizeof(uint16_t);
 }
 
 template <int D>
@@ -323,205 +235,238 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   // (uploaded before it too). So the page lookups and the window rows' copies overlap the kernels
   // before this one; q and the block rows' K/V (the previous kernel's outputs) come after the wait.
   static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
-  constexpr int kStride = mma_row_stride<D>();
-  constexpr int kPieces = D / 8;  // 16-byte pieces per row
   // Chunks vary slowest, so the CTAs that have keys (the low chunks of every head and sequence)
   // are dispatched first and share the first wave; the empty tail of the grid exits at once.
-  // pass_ctas > 1: that many CTAs share the chunk, each computing S and the softmax statistics
-  // (identically) and the P·V passes pass_group, pass_group + pass_ctas, ...: a shorter chain per
-  // CTA, the same instructions for every output element (same bits). Only group 0 stores m and l.
   const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y, chunk = blockIdx.z;
-  const int window_length = a.window_length[b];
-  const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
+  const SequenceWindow w = sequence_window(a, b);
+  const int64_t total_keys = static_cast<int64_t>(w.length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
   // This sequence's window is shorter than the grid: exit without waiting. Chunk 0 always has keys
   // (the block rows) and waits, so the grid still ends after the previous kernel.
   if (first_key >= total_keys) return;
   const int keys = static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
   const int group = a.num_heads / a.num_kv_heads;
-  const int query_rows = a.block_width * group;
-  const int m_tiles = (query_rows + 15) / 16;
+  const QueryRows rows{b, kv_head, group, a.block_width * group};
+  const int m_tiles = (rows.count + 15) / 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
   extern __shared__ __align__(16) unsigned char attention_mma_smem[];
-  __nv_bfloat16* k_tile = reinterpret_cast<__nv_bfloat16*>(attention_mma_smem);  // [64][kStride]
-  __nv_bfloat16* v_tile = k_tile + kAttentionChunk * kStride;                     // [64][kStride]
-  __shared__ const __nv_bfloat16* k_src[kAttentionChunk];
-  __shared__ const __nv_bfloat16* v_src[kAttentionChunk];
+  const uint32_t k_tile = smem_address(attention_mma_smem);
+  const uint32_t v_tile = k_tile + static_cast<uint32_t>(kAttentionChunk * row_stride<D>() * 2);
+  __shared__ KeyRows sources[kAttentionChunk];
 
   // Where each key of the chunk lives (one page-table lookup per key), then the copy.
-  for (int jj = threadIdx.x; jj < 2 * kAttentionChunk; jj += kMmaThreads) {
-    const int key = jj % kAttentionChunk;
-    if (key >= keys) continue;
-    if (jj < kAttentionChunk) {
-      k_src[key] = key_row(a, a.k_pool, a.k_block, b, first_key + key, window_length, kv_head);
-    } else {
-      v_src[key] = key_row(a, a.v_pool, a.v_block, b, first_key + key, window_length, kv_head);
-    }
-  }
+  for (int jj = threadIdx.x; jj < keys; jj += kMmaThreads) sources[jj] = key_rows(a, w, b, first_key + jj, kv_head);
   __syncthreads();
-  // Copies the rows of keys [0, keys) whose `in_window` matches (rows past `keys`, and window rows
-  // that no block row sees, are zero-filled with the window's pass: no garbage reaches 0·v).
-  const int64_t first_read = first_visible_key(a, window_length, 0);
-  auto copy_rows = [&](bool window_pass) {
-    for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += kMmaThreads) {
-      const int jj = idx / kPieces, piece = idx % kPieces;
-      const bool valid = jj < keys && first_key + jj >= first_read;
-      const bool in_window = first_key + jj < window_length;
-      if (valid ? in_window != window_pass : !window_pass) continue;
-      const __nv_bfloat16* ks = valid ? k_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.k_block);
-      const __nv_bfloat16* vs = valid ? v_src[jj] + piece * 8 : reinterpret_cast<const __nv_bfloat16*>(a.v_block);
-      cp_async_16(smem_address(k_tile + jj * kStride + piece * 8), ks, valid ? 16 : 0);
-      // V: only the columns of this CTA's passes are ever read.
-      if ((piece * 8 / kPassColumns) % pass_ctas != pass_group) continue;
-      cp_async_16(smem_address(v_tile + jj * kStride + piece * 8), vs, valid ? 16 : 0);
-    }
-  };
-  copy_rows(true);
+  const int64_t first_read = first_visible_key(a, w.length, 0);
+  const auto row_of = [&](int jj) { return sources[jj]; };
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, true, pass_group, pass_ctas,
+                 StagedRows::kWindow);
   pdl_wait();
-  copy_rows(false);  // the block rows: qk_norm_rope's output
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, true, pass_group, pass_ctas,
+                 StagedRows::kBlock);
+  cp_async_commit();
   // This warp's first m-tile of queries: the loads overlap the block rows' copy.
   uint32_t qf[D / 16][4];
-  if (warp < m_tiles) load_query_fragments<D>(qf, a, b, kv_head, group, query_rows, warp, lane);
-  cp_async_wait_all();
+  if (warp < m_tiles) load_query_fragments<D>(qf, a, rows, warp, lane);
+  cp_async_wait<0>();
   __syncthreads();
 
-  const uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
-  // ldmatrix row addresses of this lane (lane = 8·matrix + row), in bytes from the tile bases:
-  //   K: key (lane & 7) + 8·(lane >> 4), dim 8·((lane >> 3) & 1) (+ n-tile pair and k-step offsets)
-  //   V: key (lane & 7) + 8·((lane >> 3) & 1), dim 8·(lane >> 4)     (+ k-step and column offsets)
-  const uint32_t k_lane = static_cast<uint32_t>((((lane & 7) + ((lane >> 4) << 3)) * kStride + (((lane >> 3) & 1) << 3)) * 2);
-  const uint32_t v_lane = static_cast<uint32_t>((((lane & 7) + (((lane >> 3) & 1) << 3)) * kStride + ((lane >> 4) << 3)) * 2);
-
+  const uint32_t k_address = k_tile + k_lane_offset<D>(lane), v_address = v_tile + v_lane_offset<D>(lane);
   for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
-    if (tile != warp) load_query_fragments<D>(qf, a, b, kv_head, group, query_rows, tile, lane);
-
-    // S = Q·Kᵀ for 16 rows × 64 keys: n-tile j holds keys 8j..8j+7.
+    if (tile != warp) load_query_fragments<D>(qf, a, rows, tile, lane);
     float s[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, k_base + k_lane + static_cast<uint32_t>((np * 16 * kStride + kk * 16) * 2));
-        mma_bf16_16816(s[2 * np], qf[kk], kb[0], kb[1]);
-        mma_bf16_16816(s[2 * np + 1], qf[kk], kb[2], kb[3]);
-      }
-    }
+    chunk_scores<D>(s, qf, k_address);
+    const ChunkRows seen = chunk_rows(a, w.length, first_key, keys, group, tile, g);
+    float m0, m1, l0, l1;
+    chunk_scale_max(s, a.scale, seen, t, m0, m1);
+    chunk_exp_sum(s, seen, t, m0, m1, l0, l1);
 
-    // Softmax statistics of rows g (elements 0, 1) and g + 8 (elements 2, 3) over the keys each
-    // row sees (a sliding layer's left edge moves with the block row r / group). A row that sees
-    // no key of this chunk keeps m = -inf, l = 0 and a zero partial: the combine weighs it 0.
-    const int64_t seen0 = first_visible_key(a, window_length, (tile * 16 + g) / group) - first_key;
-    const int64_t seen1 = first_visible_key(a, window_length, (tile * 16 + g + 8) / group) - first_key;
-    float m0 = -INFINITY, m1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int key = j * 8 + 2 * t + c;
-        const bool valid0 = key < keys && key >= seen0, valid1 = key < keys && key >= seen1;
-        s[j][c] = valid0 ? __fmul_rn(s[j][c], a.scale) : -INFINITY;
-        s[j][c + 2] = valid1 ? __fmul_rn(s[j][c + 2], a.scale) : -INFINITY;
-        m0 = fmaxf(m0, s[j][c]);
-        m1 = fmaxf(m1, s[j][c + 2]);
-      }
-    }
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int key = j * 8 + 2 * t + c;
-        const bool valid0 = key < keys && key >= seen0, valid1 = key < keys && key >= seen1;
-        s[j][c] = valid0 ? expf(s[j][c] - m0) : 0.0f;
-        s[j][c + 2] = valid1 ? expf(s[j][c + 2] - m1) : 0.0f;
-      }
-    }
-    // l: a fixed tree over the thread's 16 values of each row, then the quad's xor shuffles.
-    float l0, l1;
-    {
-      float sum0[8], sum1[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        sum0[j] = __fadd_rn(s[j][0], s[j][1]);
-        sum1[j] = __fadd_rn(s[j][2], s[j][3]);
-      }
-#pragma unroll
-      for (int width = 4; width > 0; width >>= 1) {
-#pragma unroll
-        for (int j = 0; j < width; ++j) {
-          sum0[j] = __fadd_rn(sum0[2 * j], sum0[2 * j + 1]);
-          sum1[j] = __fadd_rn(sum1[2 * j], sum1[2 * j + 1]);
-        }
-      }
-      l0 = __fadd_rn(sum0[0], __shfl_xor_sync(0xffffffffu, sum0[0], 1));
-      l0 = __fadd_rn(l0, __shfl_xor_sync(0xffffffffu, l0, 2));
-      l1 = __fadd_rn(sum1[0], __shfl_xor_sync(0xffffffffu, sum1[0], 1));
-      l1 = __fadd_rn(l1, __shfl_xor_sync(0xffffffffu, l1, 2));
-    }
-
-    // Where rows g and g + 8 go (null: a padding row, never stored).
+    // Where rows g and g + 8 go (-1: a padding row, never stored).
     const int r0 = tile * 16 + g, r1 = r0 + 8;
     auto partial_index = [&](int r) {
       const int head = kv_head * group + r % group;
       return ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + r / group) * a.max_chunks + chunk;
     };
-    const int64_t p0 = r0 < query_rows ? partial_index(r0) : -1;
-    const int64_t p1 = r1 < query_rows ? partial_index(r1) : -1;
+    const int64_t p0 = r0 < rows.count ? partial_index(r0) : -1;
+    const int64_t p1 = r1 < rows.count ? partial_index(r1) : -1;
     if (t == 0 && pass_group == 0) {
       if (p0 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p0 * 2) = make_float2(m0, l0);
       if (p1 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p1 * 2) = make_float2(m1, l1);
     }
-
-    // O = P·V in passes of 64 output columns (8 n-tiles of 8 dims): this CTA's share of them.
+    // O = P·V in passes of 64 output columns: this CTA's share of them.
 #pragma unroll 1
     for (int pass = pass_group; pass < D / kPassColumns; pass += pass_ctas) {
-      float hi_acc[8][4], lo_acc[8][4];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) hi_acc[n][e] = lo_acc[n][e] = 0.0f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < kAttentionChunk / 16; ++kk) {
-        // A fragment of keys 16kk..16kk+15 from S n-tiles 2kk (cols 2t, 2t+1) and 2kk+1 (cols 2t+8, 2t+9).
-        uint32_t ph[4], pm[4], pl[4];
-        split_bf16x3(s[2 * kk][0], s[2 * kk][1], ph[0], pm[0], pl[0]);          // row g
-        split_bf16x3(s[2 * kk][2], s[2 * kk][3], ph[1], pm[1], pl[1]);          // row g + 8
-        split_bf16x3(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pm[2], pl[2]);  // row g
-        split_bf16x3(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pm[3], pl[3]);  // row g + 8
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t vb[4];
-          ldmatrix_x4_trans(vb, v_base + v_lane +
-                                    static_cast<uint32_t>((kk * 16 * kStride + pass * kPassColumns + np * 16) * 2));
-          mma_bf16_16816(hi_acc[2 * np], ph, vb[0], vb[1]);
-          mma_bf16_16816(lo_acc[2 * np], pm, vb[0], vb[1]);
-          mma_bf16_16816(lo_acc[2 * np], pl, vb[0], vb[1]);
-          mma_bf16_16816(hi_acc[2 * np + 1], ph, vb[2], vb[3]);
-          mma_bf16_16816(lo_acc[2 * np + 1], pm, vb[2], vb[3]);
-          mma_bf16_16816(lo_acc[2 * np + 1], pl, vb[2], vb[3]);
-        }
-      }
+      float hi[8][4], lo[8][4];
+      chunk_pv_pass<D>(hi, lo, s, v_address, pass);
       // Unnormalized partial O (fp32): row g from elements 0, 1, row g + 8 from 2, 3.
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int column = pass * kPassColumns + n * 8 + 2 * t;
         if (p0 >= 0) {
           *reinterpret_cast<float2*>(a.partial_out + p0 * D + column) =
-              make_float2(__fadd_rn(hi_acc[n][0], lo_acc[n][0]), __fadd_rn(hi_acc[n][1], lo_acc[n][1]));
+              make_float2(__fadd_rn(hi[n][0], lo[n][0]), __fadd_rn(hi[n][1], lo[n][1]));
         }
         if (p1 >= 0) {
           *reinterpret_cast<float2*>(a.partial_out + p1 * D + column) =
-              make_float2(__fadd_rn(hi_acc[n][2], lo_acc[n][2]), __fadd_rn(hi_acc[n][3], lo_acc[n][3]));
+              make_float2(__fadd_rn(hi[n][2], lo[n][2]), __fadd_rn(hi[n][3], lo[n][3]));
         }
+      }
+    }
+  }
+}
+
+// Whole-window: one CTA per (kv head, sequence) walks every chunk of the window twice. First S
+// alone, for each row's maximum over the window, m = max_c m_c (exact in any order); then each
+// chunk's m_c, l_c and O_c exactly as the split-KV kernel computes them, folded in chunk order with
+// the combine kernel's operations: l = Σ_c exp(m_c - m)·l_c, o = Σ_c exp(m_c - m)·O_c, out =
+// bf16(o / l). The same operations in the same order give the split-KV path's bits, so the choice
+// between the two may follow the batch size without breaking batch invariance, and no partial
+// reaches memory. The chunks stream through two buffers (a chunk's copies overlap the previous
+// chunk's math). The work splits over more CTAs without a bit changing: pass_ctas CTAs take every
+// pass_ctas-th 64-column P·V pass (each computes S and the statistics), and the m-tiles go in
+// groups of tiles_per_cta to CTAs of one warp per m-tile.
+constexpr int kWholeWindowMaxWarps = 4;
+constexpr int kWholeWindowMaxOwnPasses = 2;  // per-thread accumulators: 2 passes × 32 floats
+
+template <int D>
+constexpr size_t whole_window_smem_bytes() {  // two buffers of one K and one V tile
+  return 2 * mma_smem_bytes<D>();
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
+    attention_whole_window_kernel(AttentionArgs a, int pass_ctas, int tiles_per_cta) {
+  pdl_launch_dependents();
+  static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
+  constexpr int kPasses = D / kPassColumns;
+  constexpr uint32_t kTileBytes = kAttentionChunk * row_stride<D>() * 2;
+  const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y;
+  const int group = a.num_heads / a.num_kv_heads;
+  const QueryRows rows{b, kv_head, group, a.block_width * group};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int tile = static_cast<int>(blockIdx.z) * tiles_per_cta + warp;
+  const bool has_tile = tile * 16 < rows.count;
+  const SequenceWindow w = sequence_window(a, b);
+  const int64_t total_keys = static_cast<int64_t>(w.length) + a.block_width;
+  const int chunks = static_cast<int>((total_keys + kAttentionChunk - 1) / kAttentionChunk);
+  const int64_t first_read = first_visible_key(a, w.length, 0);
+
+  extern __shared__ __align__(16) unsigned char attention_whole_window_smem[];
+  const uint32_t buffers = smem_address(attention_whole_window_smem);
+  // Step s < chunks: chunk s, K only (the maxima); step chunks + c: chunk c, K and V.
+  const int steps = 2 * chunks;
+  auto chunk_of = [&](int step) { return step < chunks ? step : step - chunks; };
+  auto keys_of = [&](int64_t first_key) {
+    return static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
+  };
+  // The keys of the next two steps (one page-table lookup per key), read when their copies are issued.
+  __shared__ KeyRows sources[2][kAttentionChunk];
+  auto look_up = [&](int step) {
+    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
+    const int keys = keys_of(first_key);
+    for (int jj = threadIdx.x; jj < keys; jj += blockDim.x) sources[step & 1][jj] = key_rows(a, w, b, first_key + jj, kv_head);
+  };
+  auto stage = [&](int step, StagedRows which) {
+    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
+    const auto row_of = [&](int jj) { return sources[step & 1][jj]; };
+    stage_chunk<D>(row_of, a, first_key, keys_of(first_key), w.length, first_read, k_tile, k_tile + kTileBytes,
+                   step >= chunks, pass_group, pass_ctas, which);
+  };
+  look_up(0);
+  look_up(1);  // steps >= 2: a window has at least one chunk
+  __syncthreads();
+  // The first chunk's window rows before the PDL wait (as the split-KV kernel), its block rows after.
+  stage(0, StagedRows::kWindow);
+  pdl_wait();
+  stage(0, StagedRows::kBlock);
+  cp_async_commit();
+  uint32_t qf[D / 16][4];
+  if (has_tile) load_query_fragments<D>(qf, a, rows, tile, lane);
+
+  float m0 = -INFINITY, m1 = -INFINITY;  // rows g and g + 8: maxima over the window
+  float l0 = 0.0f, l1 = 0.0f;            // Σ_c exp(m_c - m)·l_c
+  float acc[kWholeWindowMaxOwnPasses][8][4];  // Σ_c exp(m_c - m)·O_c of this CTA's passes
+#pragma unroll
+  for (int p = 0; p < kWholeWindowMaxOwnPasses; ++p) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.0f;
+    }
+  }
+  const uint32_t k_lane = k_lane_offset<D>(lane), v_lane = v_lane_offset<D>(lane);
+  // One step's math for this warp's m-tile: the maxima (K only), or the chunk folded in.
+  auto math = [&](int step) {
+    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
+    float s[8][4];
+    chunk_scores<D>(s, qf, k_tile + k_lane);
+    const ChunkRows seen = chunk_rows(a, w.length, first_key, keys_of(first_key), group, tile, g);
+    float chunk_m0, chunk_m1;
+    chunk_scale_max(s, a.scale, seen, t, chunk_m0, chunk_m1);
+    if (step < chunks) {
+      m0 = fmaxf(m0, chunk_m0);
+      m1 = fmaxf(m1, chunk_m1);
+      return;
+    }
+    float chunk_l0, chunk_l1;
+    chunk_exp_sum(s, seen, t, chunk_m0, chunk_m1, chunk_l0, chunk_l1);
+    const float w0 = expf(chunk_m0 - m0), w1 = expf(chunk_m1 - m1);  // the combine's weights
+    l0 = __fadd_rn(l0, __fmul_rn(w0, chunk_l0));
+    l1 = __fadd_rn(l1, __fmul_rn(w1, chunk_l1));
+#pragma unroll
+    for (int p = 0; p < kWholeWindowMaxOwnPasses; ++p) {
+      const int pass = pass_group + p * pass_ctas;
+      if (pass >= kPasses) break;
+      float hi[8][4], lo[8][4];
+      chunk_pv_pass<D>(hi, lo, s, k_tile + kTileBytes + v_lane, pass);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[p][n][e] = __fadd_rn(acc[p][n][e], __fmul_rn(e < 2 ? w0 : w1, __fadd_rn(hi[n][e], lo[n][e])));
+        }
+      }
+    }
+  };
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<0>();
+    // The step's rows have landed for every thread and every warp is past the previous step: its
+    // buffer takes the next step's copies (they overlap this step's math), and the sources of
+    // this step, whose copies are all issued, give way to those of step + 2.
+    __syncthreads();
+    if (step + 1 < steps) {
+      stage(step + 1, StagedRows::kAll);
+      cp_async_commit();
+    }
+    if (has_tile) math(step);
+    if (step + 2 < steps) look_up(step + 2);
+  }
+  if (!has_tile) return;
+  // out = bf16(o / l): row g from elements 0, 1, row g + 8 from 2, 3.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = tile * 16 + g + 8 * half;
+    if (r >= rows.count) continue;
+    int head = kv_head * group + r % group;
+    DFLASH_DEVICE_MUTATE(kAttentionWrongHead, head = (head + 1) % a.num_heads);
+    const float l = half == 0 ? l0 : l1;
+    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) +
+                         (static_cast<int64_t>(b) * a.block_width + r / group) * a.ld_out + static_cast<int64_t>(head) * D;
+#pragma unroll
+    for (int p = 0; p < kWholeWindowMaxOwnPasses; ++p) {
+      const int pass = pass_group + p * pass_ctas;
+      if (pass >= kPasses) break;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int column = pass * kPassColumns + n * 8 + 2 * t;
+        out[column] = __float2bfloat16_rn(__fdiv_rn(acc[p][n][2 * half], l));
+        out[column + 1] = __float2bfloat16_rn(__fdiv_rn(acc[p][n][2 * half + 1], l));
       }
     }
   }
@@ -624,7 +569,8 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   const int d = a.head_dim;
   const int group = a.num_heads / a.num_kv_heads;
   const int kv_head = head / group;
-  const int window_length = a.window_length[b];
+  const SequenceWindow w = sequence_window(a, b);
+  const int window_length = w.length;
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   float* scratch = scores + total_keys;
   const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(a.q) + row * a.num_heads * d + static_cast<int64_t>(head) * d;
@@ -632,7 +578,7 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
 
   float local_max = -INFINITY;
   for (int64_t j = first + threadIdx.x; j < total_keys; j += blockDim.x) {
-    const __nv_bfloat16* k = key_row(a, a.k_pool, a.k_block, b, j, window_length, kv_head);
+    const __nv_bfloat16* k = key_rows(a, w, b, j, kv_head).k;
     float dot = 0.0f;
     for (int e = 0; e < d; ++e) dot = __fadd_rn(dot, __fmul_rn(__bfloat162float(q[e]), __bfloat162float(k[e])));
     scores[j] = __fmul_rn(dot, a.scale);
@@ -649,7 +595,7 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   for (int e = threadIdx.x; e < d; e += blockDim.x) {
     float o = 0.0f;
     for (int64_t j = first; j < total_keys; ++j) {
-      const __nv_bfloat16* v = key_row(a, a.v_pool, a.v_block, b, j, window_length, kv_head);
+      const __nv_bfloat16* v = key_rows(a, w, b, j, kv_head).v;
       o = __fadd_rn(o, __fmul_rn(scores[j], __bfloat162float(v[e])));
     }
     out[e] = __float2bfloat16_rn(__fdiv_rn(o, l));
@@ -699,14 +645,62 @@ void launch_mma(const AttentionArgs& a, int pass_ctas, cudaStream_t stream, bool
                 ctas);
 }
 
+// The whole-window kernel, head_dim D.
+template <int D>
+void prepare_whole_window() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_whole_window_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(whole_window_smem_bytes<D>())));
+  });
+}
+
+int multiprocessor_count() {
+  // Read once (launches inside a graph capture reuse it); the drafters of one process share a device model.
+  static const int count = [] {
+    int device = 0, value = 0;
+    DFLASH_CUDA_CHECK(cudaGetDevice(&device));
+    DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+// One warp per m-tile, at most kWholeWindowMaxWarps per CTA; the P·V passes split over as many CTAs
+// as the accumulators need, and more (up to one pass each) while the grid has fewer CTAs than SMs.
+// None of it changes a bit.
+template <int D>
+void launch_whole_window(const AttentionArgs& a, cudaStream_t stream, bool pdl) {
+  prepare_whole_window<D>();
+  if (a.batch > 65535) throw internal_error("attention: grid too large (batch " + std::to_string(a.batch) + ")");
+  constexpr int kPasses = D / kPassColumns;
+  const int m_tiles = (a.block_width * (a.num_heads / a.num_kv_heads) + 15) / 16;
+  const int tiles_per_cta = std::min(m_tiles, kWholeWindowMaxWarps);
+  const int tile_ctas = (m_tiles + tiles_per_cta - 1) / tiles_per_cta;
+  int pass_ctas = (kPasses + kWholeWindowMaxOwnPasses - 1) / kWholeWindowMaxOwnPasses;
+  while (2 * pass_ctas <= kPasses &&
+         static_cast<int64_t>(a.batch) * a.num_kv_heads * tile_ctas * pass_ctas < multiprocessor_count()) {
+    pass_ctas *= 2;
+  }
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads * pass_ctas), static_cast<unsigned>(a.batch),
+                  static_cast<unsigned>(tile_ctas));
+  launch_kernel("attention_whole_window_kernel", attention_whole_window_kernel<D>, grid, dim3(32 * tiles_per_cta),
+                whole_window_smem_bytes<D>(), stream, pdl, a, pass_ctas, tiles_per_cta);
+}
+
 }  // namespace
 
 std::string AttentionChoice::name() const {
   switch (kernel) {
     case AttentionKernel::kTuned: {
       const int ctas = attention_pass_ctas(pass_ctas, compiled_head_dim);
-      return "tuned-d" + std::to_string(compiled_head_dim) +
-             (ctas > 1 ? " (P·V passes over " + std::to_string(ctas) + " CTAs)" : "");
+      const std::string split = std::string("split-KV") + (ctas > 1 ? ", P·V passes over " + std::to_string(ctas) + " CTAs" : "");
+      const std::string form = whole_window == WholeWindow::kOn    ? "whole-window"
+                               : whole_window == WholeWindow::kOff ? split
+                                                                   : split + "; whole-window from " +
+                                                                         std::to_string(kAttentionWholeWindowMinPairs) +
+                                                                         " sequence x kv head pairs";
+      return "tuned-d" + std::to_string(compiled_head_dim) + " (" + form + ")";
     }
     case AttentionKernel::kGeneric: return "generic";
     case AttentionKernel::kSimple: return "simple";
@@ -739,6 +733,16 @@ AttentionChoice choose_attention_kernel(const std::string& requested, int head_d
   return choice;
 }
 
+bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int num_kv_heads) {
+  if (choice.kernel != AttentionKernel::kTuned) return false;
+  switch (choice.whole_window) {
+    case WholeWindow::kOn: return true;
+    case WholeWindow::kOff: return false;
+    case WholeWindow::kAuto: return static_cast<int64_t>(batch) * num_kv_heads >= kAttentionWholeWindowMinPairs;
+  }
+  return false;
+}
+
 int attention_pass_ctas(int requested, int head_dim) {
   const int passes = head_dim / kPassColumns;
   return std::max(1, std::min(requested, passes));
@@ -768,6 +772,10 @@ void prepare_attention_kernels() {
   prepare_mma<64>();
   prepare_mma<128>();
   prepare_mma<256>();
+  prepare_whole_window<64>();
+  prepare_whole_window<128>();
+  prepare_whole_window<256>();
+  multiprocessor_count();
   cudaFuncAttributes attributes;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel));
   DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_simple_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -788,6 +796,13 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
     }
     const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
     launch_kernel("attention_simple_kernel", attention_simple_kernel, grid, dim3(kSimpleThreads), smem, stream, pdl, a);
+  } else if (attention_runs_whole_window(choice, a.batch, a.num_kv_heads)) {
+    switch (choice.compiled_head_dim) {
+      case 64: launch_whole_window<64>(a, stream, pdl); break;
+      case 128: launch_whole_window<128>(a, stream, pdl); break;
+      case 256: launch_whole_window<256>(a, stream, pdl); break;
+      default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
+    }
   } else if (choice.kernel == AttentionKernel::kTuned) {
     switch (choice.compiled_head_dim) {
       case 64: launch_mma<64>(a, choice.pass_ctas, stream, pdl); break;
@@ -801,7 +816,8 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
 }
 
 void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
-  if (choice.kernel == AttentionKernel::kSimple) return;  // no partials to combine
+  // No partials to combine.
+  if (choice.kernel == AttentionKernel::kSimple || attention_runs_whole_window(choice, a.batch, a.num_kv_heads)) return;
   const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
   launch_kernel("attention_combine_kernel", attention_combine_kernel, grid, dim3(kCombineThreads), 0, stream, pdl, a);
 }

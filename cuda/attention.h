@@ -6,11 +6,13 @@
 // block row sees are never read (zero-filled where a kernel stages them).
 //
 // Kernels, chosen in ONE place (choose_attention_kernel):
-//  - tuned<D>, D in {64, 128, 256}: split-KV over 64-key chunks on tensor cores (one CTA per chunk,
-//    kv head and sequence, or pass_ctas of them sharing the chunk's P·V passes), then a combine
-//    kernel. The instantiation's compiled head_dim is part of
-//    the choice and checked against the config, so a kernel built for one head_dim cannot run on
-//    another.
+//  - tuned<D>, D in {64, 128, 256}: tensor cores over 64-key chunks, in one of two forms with the
+//    same bits (attention_tiles.cuh): split-KV (one CTA per chunk, kv head and sequence, or
+//    pass_ctas of them sharing the chunk's P·V passes, then a combine kernel) or whole-window (one
+//    CTA per kv head and sequence walks every chunk and folds them as the combine does: no
+//    partials in memory). The form follows the batch (attention_whole_window). The
+//    instantiation's compiled head_dim is part of the choice and checked against the config, so a
+//    kernel built for one head_dim cannot run on another.
 //  - generic: split-KV on CUDA cores (one CTA per chunk, kv head, group of 16 query rows and
 //    sequence), head_dim a runtime value (any even d <= 256); same partial format and combine.
 //  - simple: one CTA per (row, head), all scores in shared memory, for bisecting.
@@ -28,12 +30,23 @@ constexpr int kAttentionMaxHeadDim = 256;
 
 enum class AttentionKernel { kTuned, kGeneric, kSimple };
 
+// The tuned kernel's form: whole-window from kAttentionWholeWindowMinPairs (sequence, kv head)
+// pairs on (auto), always (on), never (off: split-KV and combine at every batch). Below it the
+// split-KV grid's parallel chunks win; from it the whole-window CTAs fill the SMs and save the
+// partials' round trip (docs/benchmarks.md: 128 pairs lose, 256 win).
+enum class WholeWindow { kAuto, kOn, kOff };
+constexpr int kAttentionWholeWindowMinPairs = 256;
+
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGeneric;
   int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
-  int pass_ctas = 1;          // tuned: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
-  std::string name() const;   // "tuned-d128", "tuned-d128 (P·V passes over 2 CTAs)", "generic", "simple"
+  int pass_ctas = 1;          // tuned split-KV: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
+  WholeWindow whole_window = WholeWindow::kAuto;  // tuned: the form (attention_whole_window)
+  std::string name() const;   // e.g. "tuned-d128 (split-KV; whole-window from 256 sequence x kv head pairs)"
 };
+
+// Whether a tuned propose of `batch` sequences runs whole-window (else split-KV and combine).
+bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int num_kv_heads);
 
 // requested: "auto" (tuned for 64/128/256, generic otherwise), "tuned" (refuses other head_dims
 // with kBadInput naming the head_dim), "generic", "simple". Throws kBadInput for a head_dim no
@@ -78,9 +91,9 @@ size_t attention_simple_smem_bytes(int64_t max_keys);
 size_t attention_simple_max_smem_bytes();
 
 // pdl: launch with programmatic dependent launch (cuda/launch.cuh; every kernel here waits first).
-// launch_attention runs both kernels of the split-KV choices: the chunks (or, for simple, the
-// whole attention) and then the combine, which are also launched one at a time by the block
-// forward (each a kernel class of its own in the benchmark).
+// launch_attention runs both kernels of the split-KV choices: the chunks (or, for simple and
+// whole-window, the whole attention) and then the combine (nothing for those two), which are also
+// launched one at a time by the block forward (each a kernel class of its own in the benchmark).
 void launch_attention(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl = false);
 void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl);
 void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& args, cudaStream_t stream, bool pdl);

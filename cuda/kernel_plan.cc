@@ -74,6 +74,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
   KernelPlan plan;
   std::string attention = "auto";
   int attention_pass_ctas = AttentionChoice{}.pass_ctas;
+  WholeWindow whole_window = WholeWindow::kAuto;
   for (const auto& [stage, value] : requested) {
     if (stage == "gemm") {
       plan.block_gemm = parse_gemm(stage, value);
@@ -89,6 +90,9 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       attention = value;
     } else if (stage == "attention_pass_ctas") {
       attention_pass_ctas = parse_number(stage, value, {1, 2, 4}, AttentionChoice{}.pass_ctas, "a count");
+    } else if (stage == "attention_whole_window") {
+      whole_window = value == "auto" ? WholeWindow::kAuto
+                                     : (parse_switch(stage, value, false) ? WholeWindow::kOn : WholeWindow::kOff);
     } else if (stage == "rmsnorm") {
       plan.rmsnorm = parse_row(stage, value);
     } else if (stage == "qk_norm_rope" || stage == "rope") {
@@ -105,12 +109,13 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, "
+                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
                       "gemm_cols, gemm_cols_m64, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
   plan.attention.pass_ctas = attention_pass_ctas;
+  plan.attention.whole_window = whole_window;
   // The fused epilogues live in the mma kernel; the fallbacks run the same epilogue code as a
   // separate kernel, so fusion choices hold for every GEMM kernel.
   return plan;

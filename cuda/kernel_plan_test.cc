@@ -47,7 +47,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_FALSE(d.ctx_gemm_auto);  // own kernel by default: bitwise batch invariance
   EXPECT_EQ(d.attention.kernel, AttentionKernel::kTuned);
   EXPECT_EQ(d.attention.compiled_head_dim, 128);
-  EXPECT_EQ(d.attention.name(), "tuned-d128");
+  EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV; whole-window from 256 sequence x kv head pairs)");
   EXPECT_TRUE(d.swiglu_fused);
   EXPECT_TRUE(d.argmax_fused);
   EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
@@ -101,10 +101,24 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   // attention_pass_ctas: at most one CTA per 64-column pass, named in the attention's description.
   EXPECT_EQ(d.attention.pass_ctas, 1);
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.pass_ctas, 2);
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.name(), "tuned-d128 (P·V passes over 2 CTAs)");
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "4"}}, 128).attention.name(), "tuned-d128 (P·V passes over 2 CTAs)");
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 64).attention.name(), "tuned-d64");
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "auto"}}, 256).attention.name(), "tuned-d256");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.name(), "tuned-d128 (split-KV, P·V passes over 2 CTAs; whole-window from 256 sequence x kv head pairs)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "4"}, {"attention_whole_window", "off"}}, 128).attention.name(),
+            "tuned-d128 (split-KV, P·V passes over 2 CTAs)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}, {"attention_whole_window", "off"}}, 64).attention.name(),
+            "tuned-d64 (split-KV)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "auto"}, {"attention_whole_window", "on"}}, 256).attention.name(),
+            "tuned-d256 (whole-window)");
+  // attention_whole_window: the form follows batch x kv heads under auto; on and off hold at every batch.
+  const AttentionChoice automatic = d.attention;
+  EXPECT_FALSE(attention_runs_whole_window(automatic, 17, 15));  // 255 pairs
+  EXPECT_TRUE(attention_runs_whole_window(automatic, 32, 8));    // 256
+  const AttentionChoice on = resolve_kernel_plan({{"attention_whole_window", "on"}}, 128).attention;
+  const AttentionChoice off = resolve_kernel_plan({{"attention_whole_window", "off"}}, 128).attention;
+  EXPECT_TRUE(attention_runs_whole_window(on, 1, 1));
+  EXPECT_FALSE(attention_runs_whole_window(off, 64, 8));
+  EXPECT_FALSE(attention_runs_whole_window(resolve_kernel_plan({{"attention", "generic"}}, 128).attention, 64, 8));
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_whole_window", "always"}}, 128); }),
+            "CUDA kernels: attention_whole_window=always is not a setting (auto, on, off)");
   EXPECT_EQ(attention_pass_ctas(4, 256), 4);
   EXPECT_EQ(attention_pass_ctas(4, 128), 2);
   EXPECT_EQ(attention_pass_ctas(2, 64), 1);
@@ -183,8 +197,8 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
                                                         {"ablate", "rmsnorm"}}) {
     EXPECT_EQ(harness_error_message([&] { resolve_kernel_plan({{stage, value}}, 128); }),
               "CUDA kernels: unknown stage '" + stage +
-                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, rmsnorm, qk_norm_rope, swiglu, argmax, gemm_cols, "
-                  "gemm_cols_m64, pdl)");
+                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, "
+                  "swiglu, argmax, gemm_cols, gemm_cols_m64, pdl)");
   }
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm", "mma-splitk"}}, 128); }),
             "CUDA kernels: gemm=mma-splitk is not a kernel (mma, cublaslt, simple)");

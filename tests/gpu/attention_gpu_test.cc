@@ -118,7 +118,9 @@ void run_case(const Case& c) {
   const std::vector<uint16_t> k_block = random_bits(static_cast<size_t>(rows * kv_dim), 4, 1.0f);
   const std::vector<uint16_t> v_block = random_bits(static_cast<size_t>(rows * kv_dim), 5, 1.0f);
 
-  const AttentionChoice choice = choose_attention_kernel(c.kernel, d);
+  // The tuned kernel's split-KV form: the whole-window form is compared with it bit for bit below.
+  AttentionChoice choice = choose_attention_kernel(c.kernel, d);
+  choice.whole_window = WholeWindow::kOff;
   const int64_t ld_out = q_dim + 8;  // guard columns after every row
   const uint16_t sentinel = 0x7fc1;  // a NaN pattern nothing writes
   std::vector<uint16_t> out_init(static_cast<size_t>((rows + 1) * ld_out), sentinel);  // plus a guard row
@@ -172,38 +174,50 @@ void run_case(const Case& c) {
   };
   const std::vector<uint16_t> out = run_kernel(choice);
   ASSERT_FALSE(testing::Test::HasFailure());
+  // The tuned kernel's forms: split-KV (the choice above) and whole-window.
+  std::vector<AttentionChoice> forms = {choice};
+  if (choice.kernel == AttentionKernel::kTuned) {
+    forms.push_back(choice);
+    forms.back().whole_window = WholeWindow::kOn;
+  }
   if (poisoned > 0) {
     // Negative control: a window of W instead of W - 1 gives row 0 one poisoned key more.
-    a.window_left = c.window_left + 1;
-    const std::vector<uint16_t> wide = run_kernel(choice);
-    a.window_left = c.window_left;
-    int nan_rows = 0;
-    for (int64_t row = 0; row < rows; ++row) nan_rows += std::isnan(bf16_bits_to_float(wide[static_cast<size_t>(row * ld_out)])) ? 1 : 0;
-    EXPECT_GT(nan_rows, 0) << choice.name() << ": a window one key wider read no poisoned row";
-    std::printf("[attention] %s window W instead of W-1: %d block rows read a poisoned key\n", choice.name().c_str(),
-                nan_rows);
+    for (const AttentionChoice& form : forms) {
+      a.window_left = c.window_left + 1;
+      const std::vector<uint16_t> wide = run_kernel(form);
+      a.window_left = c.window_left;
+      int nan_rows = 0;
+      for (int64_t row = 0; row < rows; ++row) nan_rows += std::isnan(bf16_bits_to_float(wide[static_cast<size_t>(row * ld_out)])) ? 1 : 0;
+      EXPECT_GT(nan_rows, 0) << form.name() << ": a window one key wider read no poisoned row";
+      std::printf("[attention] %s window W instead of W-1: %d block rows read a poisoned key\n", form.name().c_str(),
+                  nan_rows);
+    }
   }
   if (choice.kernel == AttentionKernel::kTuned) {
-    // The P·V passes shared by 2 or 4 CTAs per chunk: every output element comes from the same
-    // instructions, so the same bits, guard bands included (checked before the bound).
+    // The P·V passes shared by 2 or 4 CTAs per chunk, and the whole-window form (the combine's
+    // operations in the combine's order, its own split of the work): every output element comes
+    // from the same operations, so the same bits, guard bands included (checked before the bound).
+    std::vector<AttentionChoice> same_bits = {forms.back()};
     for (int pass_ctas : {2, 4}) {
-      AttentionChoice split = choice;
-      split.pass_ctas = pass_ctas;
       if (attention_pass_ctas(pass_ctas, d) != pass_ctas) continue;  // fewer passes than CTAs: runs as fewer
-      const std::vector<uint16_t> split_out = run_kernel(split);
-      size_t differing = 0, first = split_out.size();
-      for (size_t e = 0; e < split_out.size(); ++e) {
-        if (split_out[e] != out[e]) {
+      same_bits.push_back(choice);
+      same_bits.back().pass_ctas = pass_ctas;
+    }
+    for (const AttentionChoice& variant : same_bits) {
+      const std::vector<uint16_t> variant_out = run_kernel(variant);
+      size_t differing = 0, first = variant_out.size();
+      for (size_t e = 0; e < variant_out.size(); ++e) {
+        if (variant_out[e] != out[e]) {
           ++differing;
           first = std::min(first, e);
         }
       }
-      EXPECT_EQ(differing, 0u) << split.name() << " differs from " << choice.name() << " in " << differing << " of "
-                               << split_out.size() << " elements, first at row "
-                               << (first < split_out.size() ? static_cast<int64_t>(first) / ld_out : -1) << " column "
-                               << (first < split_out.size() ? static_cast<int64_t>(first) % ld_out : -1);
-      std::printf("[attention] %s: %zu elements bit-identical to %s\n", split.name().c_str(),
-                  split_out.size() - differing, choice.name().c_str());
+      EXPECT_EQ(differing, 0u) << variant.name() << " differs from " << choice.name() << " in " << differing << " of "
+                               << variant_out.size() << " elements, first at row "
+                               << (first < variant_out.size() ? static_cast<int64_t>(first) / ld_out : -1) << " column "
+                               << (first < variant_out.size() ? static_cast<int64_t>(first) % ld_out : -1);
+      std::printf("[attention] %s: %zu elements bit-identical to %s\n", variant.name().c_str(),
+                  variant_out.size() - differing, choice.name().c_str());
     }
   }
 
@@ -291,6 +305,18 @@ TEST(AttentionGpu, TunedKernelsLargeGroupAndLongWindows) {
   // Qwen3-8B's attention geometry: nh 32, nkv 8, d 128, block width 16, window 1024 (17 chunks, the
   // last one 16 keys), beside a 1-key window and a 500-key one.
   run_case({128, 32, 8, "tuned", 16, {1024, 1, 500}, {3, 0, 70}});
+}
+
+TEST(AttentionGpu, WholeWindowAtAServingBatch) {
+  DFLASH_REQUIRE_GPU();
+  // Qwen3-8B's attention geometry at 17 sequences: 136 sequence x kv head pairs, at least one CTA
+  // per SM of an H200, so the whole-window form runs its P·V passes in one CTA each (fewer pairs
+  // split them). Windows from 1 to 1024 keys, chunk edges on both sides (no 65 to 68 keys in all:
+  // the bound above), starts mid-page.
+  const std::vector<int32_t> lengths = {1024, 1, 500, 47, 48, 53, 63, 64, 65, 113, 300, 1000, 2, 16, 200, 777, 128};
+  std::vector<int64_t> begins;
+  for (size_t i = 0; i < lengths.size(); ++i) begins.push_back(static_cast<int64_t>(37 * i % 101));
+  run_case({128, 32, 8, "tuned", 16, lengths, begins});
 }
 
 TEST(AttentionGpu, GenericAndSimpleKernels) {

@@ -497,9 +497,10 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA widths, the attention's P·V split and programmatic dependent launch change only how work is
-  // run: the drafter's outputs must be the same bits as the default's, graphs on and off, in both modes. head_dim 64
-  // and 128 (two P·V passes: the split runs only there).
+  // The GEMM's CTA widths, the attention's P·V split and form (whole-window or split-KV) and
+  // programmatic dependent launch change only how work is run: the drafter's outputs must be the
+  // same bits as the default's, graphs on and off, in both modes. head_dim 64 and 128 (two P·V
+  // passes: the split runs only there).
   for (int head_dim : {64, 128}) {
     const DrafterConfig c = make_config(small_geometry(head_dim));
     const auto w = make_random_weights(c, 12);
@@ -511,7 +512,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         const auto expected = run_script(base, script());
         const std::vector<std::pair<std::string, std::string>> levers = {
             {"gemm_cols", "32"}, {"gemm_cols", "64"},     {"gemm_cols", "96"},           {"gemm_cols", "128"},
-            {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"}};
+            {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
+            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}};
         for (const auto& [stage, value] : levers) {
           CudaOptions o = defaults;
           o.kernels[stage] = value;
