@@ -698,8 +698,7 @@ std::string AttentionChoice::name() const {
       const std::string form = whole_window == WholeWindow::kOn    ? "whole-window"
                                : whole_window == WholeWindow::kOff ? split
                                                                    : split + "; whole-window from " +
-                                                                         std::to_string(kAttentionWholeWindowMinPairs) +
-                                                                         " sequence x kv head pairs";
+                                                                         std::to_string(kAttentionWholeWindowMinWarps) + " warps";
       return "tuned-d" + std::to_string(compiled_head_dim) + " (" + form + ")";
     }
     case AttentionKernel::kGeneric: return "generic";
@@ -733,12 +732,16 @@ AttentionChoice choose_attention_kernel(const std::string& requested, int head_d
   return choice;
 }
 
-bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int num_kv_heads) {
+bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int block_width, int num_heads,
+                                 int num_kv_heads) {
   if (choice.kernel != AttentionKernel::kTuned) return false;
   switch (choice.whole_window) {
     case WholeWindow::kOn: return true;
     case WholeWindow::kOff: return false;
-    case WholeWindow::kAuto: return static_cast<int64_t>(batch) * num_kv_heads >= kAttentionWholeWindowMinPairs;
+    case WholeWindow::kAuto: {
+      const int64_t m_tiles = (static_cast<int64_t>(block_width) * (num_heads / num_kv_heads) + 15) / 16;
+      return static_cast<int64_t>(batch) * num_kv_heads * m_tiles >= kAttentionWholeWindowMinWarps;
+    }
   }
   return false;
 }
@@ -796,7 +799,7 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
     }
     const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
     launch_kernel("attention_simple_kernel", attention_simple_kernel, grid, dim3(kSimpleThreads), smem, stream, pdl, a);
-  } else if (attention_runs_whole_window(choice, a.batch, a.num_kv_heads)) {
+  } else if (attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) {
     switch (choice.compiled_head_dim) {
       case 64: launch_whole_window<64>(a, stream, pdl); break;
       case 128: launch_whole_window<128>(a, stream, pdl); break;
@@ -817,7 +820,7 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
 
 void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   // No partials to combine.
-  if (choice.kernel == AttentionKernel::kSimple || attention_runs_whole_window(choice, a.batch, a.num_kv_heads)) return;
+  if (choice.kernel == AttentionKernel::kSimple || attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) return;
   const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
   launch_kernel("attention_combine_kernel", attention_combine_kernel, grid, dim3(kCombineThreads), 0, stream, pdl, a);
 }

@@ -30,23 +30,26 @@ constexpr int kAttentionMaxHeadDim = 256;
 
 enum class AttentionKernel { kTuned, kGeneric, kSimple };
 
-// The tuned kernel's form: whole-window from kAttentionWholeWindowMinPairs (sequence, kv head)
-// pairs on (auto), always (on), never (off: split-KV and combine at every batch). Below it the
-// split-KV grid's parallel chunks win; from it the whole-window CTAs fill the SMs and save the
-// partials' round trip (docs/benchmarks.md: 128 pairs lose, 256 win).
+// The tuned kernel's form: whole-window from kAttentionWholeWindowMinWarps warps (one per m-tile
+// of 16 query rows of every sequence and kv head) on (auto), always (on), never (off: split-KV and
+// combine at every batch). With fewer, the whole-window warps leave SMSPs idle through their
+// chunk-by-chunk chains and the split-KV grid's parallel chunks win; from it they fill the SMs
+// and save the partials' round trip (docs/benchmarks.md: 512 warps lose, 1024 win).
 enum class WholeWindow { kAuto, kOn, kOff };
-constexpr int kAttentionWholeWindowMinPairs = 256;
+constexpr int kAttentionWholeWindowMinWarps = 1024;
 
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGeneric;
   int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
   int pass_ctas = 1;          // tuned split-KV: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
   WholeWindow whole_window = WholeWindow::kAuto;  // tuned: the form (attention_whole_window)
-  std::string name() const;   // e.g. "tuned-d128 (split-KV; whole-window from 256 sequence x kv head pairs)"
+  std::string name() const;   // e.g. "tuned-d128 (split-KV; whole-window from 1024 warps)"
 };
 
-// Whether a tuned propose of `batch` sequences runs whole-window (else split-KV and combine).
-bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int num_kv_heads);
+// Whether a tuned propose runs whole-window (else split-KV and combine): batch sequences of
+// block_width rows, num_heads query heads over num_kv_heads.
+bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int block_width, int num_heads,
+                                 int num_kv_heads);
 
 // requested: "auto" (tuned for 64/128/256, generic otherwise), "tuned" (refuses other head_dims
 // with kBadInput naming the head_dim), "generic", "simple". Throws kBadInput for a head_dim no

@@ -14,7 +14,8 @@
 //   attention_pass_ctas  1 (default), 2, 4 (auto = 1): CTAs sharing each chunk of the tuned
 //                 attention, each with every n-th 64-column P·V pass (at most head_dim / 64; bits do
 //                 not change with it)
-//   attention_whole_window  auto (default: from 256 sequence x kv head pairs), on, off: the tuned
+//   attention_whole_window  auto (default: from 1024 warps, one per 16 query rows of a sequence
+//                 and kv head), on, off: the tuned
 //                 attention as one whole-window kernel instead of split-KV and combine (bits do
 //                 not change with it)
 //   rmsnorm       tuned (default), simple

@@ -47,7 +47,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_FALSE(d.ctx_gemm_auto);  // own kernel by default: bitwise batch invariance
   EXPECT_EQ(d.attention.kernel, AttentionKernel::kTuned);
   EXPECT_EQ(d.attention.compiled_head_dim, 128);
-  EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV; whole-window from 256 sequence x kv head pairs)");
+  EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV; whole-window from 1024 warps)");
   EXPECT_TRUE(d.swiglu_fused);
   EXPECT_TRUE(d.argmax_fused);
   EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
@@ -101,7 +101,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   // attention_pass_ctas: at most one CTA per 64-column pass, named in the attention's description.
   EXPECT_EQ(d.attention.pass_ctas, 1);
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.pass_ctas, 2);
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.name(), "tuned-d128 (split-KV, P·V passes over 2 CTAs; whole-window from 256 sequence x kv head pairs)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}}, 128).attention.name(), "tuned-d128 (split-KV, P·V passes over 2 CTAs; whole-window from 1024 warps)");
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "4"}, {"attention_whole_window", "off"}}, 128).attention.name(),
             "tuned-d128 (split-KV, P·V passes over 2 CTAs)");
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}, {"attention_whole_window", "off"}}, 64).attention.name(),
@@ -110,13 +110,19 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
             "tuned-d256 (whole-window)");
   // attention_whole_window: the form follows batch x kv heads under auto; on and off hold at every batch.
   const AttentionChoice automatic = d.attention;
-  EXPECT_FALSE(attention_runs_whole_window(automatic, 17, 15));  // 255 pairs
-  EXPECT_TRUE(attention_runs_whole_window(automatic, 32, 8));    // 256
+  // Qwen3-8B (32 heads over 8, block 16: 4 m-tiles per pair): whole-window from batch 32 (1024 warps).
+  EXPECT_FALSE(attention_runs_whole_window(automatic, 31, 16, 32, 8));
+  EXPECT_TRUE(attention_runs_whole_window(automatic, 32, 16, 32, 8));
+  // DFlash2's block of 8: 2 m-tiles per pair, so batch 64.
+  EXPECT_FALSE(attention_runs_whole_window(automatic, 32, 8, 32, 8));
+  EXPECT_TRUE(attention_runs_whole_window(automatic, 64, 8, 32, 8));
+  // A partial m-tile counts as a warp: 5 rows per pair.
+  EXPECT_TRUE(attention_runs_whole_window(automatic, 1024, 5, 1, 1));
   const AttentionChoice on = resolve_kernel_plan({{"attention_whole_window", "on"}}, 128).attention;
   const AttentionChoice off = resolve_kernel_plan({{"attention_whole_window", "off"}}, 128).attention;
-  EXPECT_TRUE(attention_runs_whole_window(on, 1, 1));
-  EXPECT_FALSE(attention_runs_whole_window(off, 64, 8));
-  EXPECT_FALSE(attention_runs_whole_window(resolve_kernel_plan({{"attention", "generic"}}, 128).attention, 64, 8));
+  EXPECT_TRUE(attention_runs_whole_window(on, 1, 16, 32, 8));
+  EXPECT_FALSE(attention_runs_whole_window(off, 64, 16, 32, 8));
+  EXPECT_FALSE(attention_runs_whole_window(resolve_kernel_plan({{"attention", "generic"}}, 128).attention, 64, 16, 32, 8));
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_whole_window", "always"}}, 128); }),
             "CUDA kernels: attention_whole_window=always is not a setting (auto, on, off)");
   EXPECT_EQ(attention_pass_ctas(4, 256), 4);
