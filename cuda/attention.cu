@@ -602,14 +602,18 @@ __global__ void attention_simple_kernel(AttentionArgs a) {
   }
 }
 
-// The CUDA-core kernel, for any head_dim (generic).
-void prepare_generic() {
+// Raises a kernel's dynamic shared-memory limit, once per kernel and process (prepare_attention_kernels
+// runs every one before any graph capture).
+template <auto kKernel>
+void allow_smem(size_t bytes) {
   static std::once_flag once;
-  std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_partial_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(partial_smem_bytes(kAttentionMaxHeadDim))));
+  std::call_once(once, [bytes] {
+    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   });
 }
+
+// The CUDA-core kernel, for any head_dim (generic).
+void prepare_generic() { allow_smem<attention_partial_kernel<0>>(partial_smem_bytes(kAttentionMaxHeadDim)); }
 
 void launch_generic(const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   prepare_generic();
@@ -624,11 +628,7 @@ void launch_generic(const AttentionArgs& a, cudaStream_t stream, bool pdl) {
 // The tensor-core kernel, head_dim D.
 template <int D>
 void prepare_mma() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(mma_smem_bytes<D>())));
-  });
+  allow_smem<attention_mma_kernel<D>>(mma_smem_bytes<D>());
 }
 
 template <int D>
@@ -648,11 +648,7 @@ void launch_mma(const AttentionArgs& a, int pass_ctas, cudaStream_t stream, bool
 // The whole-window kernel, head_dim D.
 template <int D>
 void prepare_whole_window() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_whole_window_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(whole_window_smem_bytes<D>())));
-  });
+  allow_smem<attention_whole_window_kernel<D>>(whole_window_smem_bytes<D>());
 }
 
 int multiprocessor_count() {
