@@ -52,7 +52,7 @@ const std::vector<PlantedMutation>& mutation_registry() {
        "the argmax partials and reduction give exact ties to the highest index", "invariant", "draft-argmax",
        "blind-spots/logit-ties", "bf16"},
       {Mutation::kAttentionWrongHead, "attention-wrong-head", "attention reads the wrong head",
-       "the split-KV combine reads head (h + 1) mod nh's partials for head h", "replay", "L0.attn", "oracle/tiny-gqa",
+       "the split-KV combine reads head (h + 1) mod nh's partials for head h (whole-window: head h's output lands in head h + 1)", "replay", "L0.attn", "oracle/tiny-gqa",
        "bf16"},
       {Mutation::kGammaSizedBuffer, "gamma-sized-buffer", "buffer sized by gamma",
        "attention's partial buffers strided by gamma rows instead of max(gamma, 2)", "replay", "L0.attn",
