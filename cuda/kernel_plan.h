@@ -15,9 +15,8 @@
 //                 attention, each with every n-th 64-column P·V pass (at most head_dim / 64; bits do
 //                 not change with it)
 //   attention_whole_window  auto (default: from 1024 warps, one per 16 query rows of a sequence
-//                 and kv head), on, off: the tuned
-//                 attention as one whole-window kernel instead of split-KV and combine (bits do
-//                 not change with it)
+//                 and kv head), on, off: the tuned attention as one whole-window kernel instead of
+//                 split-KV and combine (bits do not change with it)
 //   rmsnorm       tuned (default), simple
 //   qk_norm_rope  tuned (default), simple
 //   swiglu        fused (default: in the gate|up GEMM's epilogue), separate
