@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "cuda/attention.h"
+#include "cuda/cp_async.cuh"  // cp_async_commit, cp_async_wait
 
 namespace dflash {
 namespace attention_tiles {
@@ -103,12 +104,6 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 // 16 bytes global -> shared; src_bytes 0 fills the destination with zeros (reads nothing).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most `pending` of this thread's committed copy groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/gemm_epilogue.cuh"
 
 namespace dflash {
@@ -49,11 +50,8 @@ __device__ __forceinline__ void cp_async_4_if(void* smem, const void* global, ui
       "{\n .reg .pred skip;\n setp.eq.u32 skip, %2, 0;\n cp.async.ca.shared.global [%0], [%1], 4, skip;\n}\n" ::"r"(dst),
       "l"(global), "r"(copy));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using ::dflash::cp_async_commit;  // cuda/cp_async.cuh
+using ::dflash::cp_async_wait;
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
