@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
   const int64_t total_keys = static_cast<int64_t>(window_length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
   if (first_key >= total_keys) return;  // this sequence's window is shorter than the grid
-  const int keys = static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
+  const int keys = chunk_keys(total_keys, first_key);
   const int half = d / 2;
   const int key_stride_words = half + 1;
   // Keys before the first one block row 0 sees are seen by no row: staged as zeros, never read.
@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   // forward's first kernel, which is launched without PDL), the page tables and window lengths
   // (uploaded before it too). So the page lookups and the window rows' copies overlap the kernels
   // before this one; q and the block rows' K/V (the previous kernel's outputs) come after the wait.
-  static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
   // Chunks vary slowest, so the CTAs that have keys (the low chunks of every head and sequence)
   // are dispatched first and share the first wave; the empty tail of the grid exits at once.
   const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y, chunk = blockIdx.z;
@@ -244,7 +243,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   // This sequence's window is shorter than the grid: exit without waiting. Chunk 0 always has keys
   // (the block rows) and waits, so the grid still ends after the previous kernel.
   if (first_key >= total_keys) return;
-  const int keys = static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
+  const int keys = chunk_keys(total_keys, first_key);
   const int group = a.num_heads / a.num_kv_heads;
   const QueryRows rows{b, kv_head, group, a.block_width * group};
   const int m_tiles = (rows.count + 15) / 16;
@@ -339,7 +338,6 @@ template <int D>
 __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
     attention_whole_window_kernel(AttentionArgs a, int pass_ctas, int tiles_per_cta) {
   pdl_launch_dependents();
-  static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
   constexpr int kPasses = D / kPassColumns;
   constexpr uint32_t kTileBytes = kAttentionChunk * row_stride<D>() * 2;
   const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y;
@@ -359,21 +357,18 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
   // Step s < chunks: chunk s, K only (the maxima); step chunks + c: chunk c, K and V.
   const int steps = 2 * chunks;
   auto chunk_of = [&](int step) { return step < chunks ? step : step - chunks; };
-  auto keys_of = [&](int64_t first_key) {
-    return static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
-  };
   // The keys of the next two steps (one page-table lookup per key), read when their copies are issued.
   __shared__ KeyRows sources[2][kAttentionChunk];
   auto look_up = [&](int step) {
     const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
-    const int keys = keys_of(first_key);
+    const int keys = chunk_keys(total_keys, first_key);
     for (int jj = threadIdx.x; jj < keys; jj += blockDim.x) sources[step & 1][jj] = key_rows(a, w, b, first_key + jj, kv_head);
   };
   auto stage = [&](int step, StagedRows which) {
     const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
     const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
     const auto row_of = [&](int jj) { return sources[step & 1][jj]; };
-    stage_chunk<D>(row_of, a, first_key, keys_of(first_key), w.length, first_read, k_tile, k_tile + kTileBytes,
+    stage_chunk<D>(row_of, a, first_key, chunk_keys(total_keys, first_key), w.length, first_read, k_tile, k_tile + kTileBytes,
                    step >= chunks, pass_group, pass_ctas, which);
   };
   look_up(0);
@@ -405,7 +400,7 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
     const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
     float s[8][4];
     chunk_scores<D>(s, qf, k_tile + k_lane);
-    const ChunkRows seen = chunk_rows(a, w.length, first_key, keys_of(first_key), group, tile, g);
+    const ChunkRows seen = chunk_rows(a, w.length, first_key, chunk_keys(total_keys, first_key), group, tile, g);
     float chunk_m0, chunk_m1;
     chunk_scale_max(s, a.scale, seen, t, chunk_m0, chunk_m1);
     if (step < chunks) {

@@ -41,7 +41,13 @@ constexpr int kPassColumns = 64;  // output columns per P·V pass: accumulators 
 // bf16 elements per staged K / V row: D plus 16 bytes.
 template <int D>
 constexpr int row_stride() {
+  static_assert(D % kPassColumns == 0 && D <= kAttentionMaxHeadDim, "head_dim must be a multiple of 64");
   return D + 8;
+}
+
+// Keys of the chunk starting at first_key (< total_keys): 64, or the window's remainder.
+__device__ __forceinline__ int chunk_keys(int64_t total_keys, int64_t first_key) {
+  return static_cast<int>(total_keys - first_key < kAttentionChunk ? total_keys - first_key : kAttentionChunk);
 }
 
 // One sequence's window, read once per kernel: key j is context position begin + j in the paged
