@@ -646,17 +646,6 @@ void prepare_whole_window() {
   allow_smem<attention_whole_window_kernel<D>>(whole_window_smem_bytes<D>());
 }
 
-int multiprocessor_count() {
-  // Read once (launches inside a graph capture reuse it); the drafters of one process share a device model.
-  static const int count = [] {
-    int device = 0, value = 0;
-    DFLASH_CUDA_CHECK(cudaGetDevice(&device));
-    DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
-    return value;
-  }();
-  return count;
-}
-
 // One warp per m-tile, at most kWholeWindowMaxWarps per CTA; the P·V passes split over as many CTAs
 // as the accumulators need, and more (up to one pass each) while the grid has fewer CTAs than SMs.
 // None of it changes a bit.
@@ -664,13 +653,14 @@ template <int D>
 void launch_whole_window(const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   prepare_whole_window<D>();
   if (a.batch > 65535) throw internal_error("attention: grid too large (batch " + std::to_string(a.batch) + ")");
+  if (a.sm_count < 1) throw internal_error("attention: the device's SM count was not given");
   constexpr int kPasses = D / kPassColumns;
   const int m_tiles = (a.block_width * (a.num_heads / a.num_kv_heads) + 15) / 16;
   const int tiles_per_cta = std::min(m_tiles, kWholeWindowMaxWarps);
   const int tile_ctas = (m_tiles + tiles_per_cta - 1) / tiles_per_cta;
   int pass_ctas = (kPasses + kWholeWindowMaxOwnPasses - 1) / kWholeWindowMaxOwnPasses;
   while (2 * pass_ctas <= kPasses &&
-         static_cast<int64_t>(a.batch) * a.num_kv_heads * tile_ctas * pass_ctas < multiprocessor_count()) {
+         static_cast<int64_t>(a.batch) * a.num_kv_heads * tile_ctas * pass_ctas < a.sm_count) {
     pass_ctas *= 2;
   }
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * pass_ctas), static_cast<unsigned>(a.batch),
@@ -769,7 +759,6 @@ void prepare_attention_kernels() {
   prepare_whole_window<64>();
   prepare_whole_window<128>();
   prepare_whole_window<256>();
-  multiprocessor_count();
   cudaFuncAttributes attributes;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel));
   DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_simple_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -79,6 +79,7 @@ struct AttentionArgs {
   float* partial_max_sum = nullptr;    // [batch, nh, max_block_width, max_chunks, 2]
   uint16_t* out = nullptr;             // [R, ld_out] bf16 (columns nh·d onwards untouched)
   int64_t ld_out = 0;
+  int sm_count = 0;  // the device's SMs (the whole-window form sizes its grid by them; host only)
 };
 
 // The tuned kernel's CTAs per (chunk, kv head, sequence) for a requested count: each computes S and

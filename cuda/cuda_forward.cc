@@ -534,6 +534,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     att.head_dim = config_.head_dim;
     att.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
     att.max_chunks = max_chunks_;
+    att.sm_count = sm_count_;
     att.max_block_width = max_width_;
     DFLASH_MUTATE(mutation_, kGammaSizedBuffer, att.max_block_width = settings_.gamma);
     att.partial_out = attn_partial_.get();

@@ -154,6 +154,7 @@ void run_case(const Case& c) {
   a.head_dim = d;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   a.max_chunks = max_chunks;
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&a.sm_count, cudaDevAttrMultiProcessorCount, 0));
   a.max_block_width = width;
   a.partial_out = partial.get();
   a.partial_max_sum = max_sum.get();
