@@ -1,8 +1,9 @@
 // The NVFP4 lm_head GEMM (gemm_nvfp4.h).
 //
 // Work split. A CTA of 8 warps owns 128 consecutive weight rows (output columns) and MT·16
-// activation rows (MT = 1 m16 tile up to m = 32, 4 beyond; grid.y walks the rows in MT·16s), so
-// the weights are read once per 16 rows at small m and once per 64 rows at large m. Each warp owns
+// activation rows (MT = 1 m16 tile up to m = 32, 4 beyond). The row tiles are grid.x, so the CTAs
+// of one column tile are dispatched together and walk K side by side, the later ones finding the
+// weight chunks in L2 (docs/benchmarks.md: a few percent from 32 rows on). Each warp owns
 // 16 weight rows as two n8 tiles. K is walked in chunks of 512: each warp loads its weight rows'
 // codes and block scales for the chunk into registers (16-byte loads, each weight byte read once;
 // three CTAs per SM keep enough bytes in flight), and the CTA double-buffers the chunk's
@@ -108,8 +109,8 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1)
   constexpr int kBufferUnits = MT * 8 * kPairStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kColumnsPerCta;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kColumnsPerCta;
   const int64_t code_stride = w.k_pad / 2, scale_stride = w.k_pad / 16;
   const int chunks = static_cast<int>(w.k_pad / kChunk);
 
@@ -278,8 +279,12 @@ void launch(cudaStream_t stream, bool pdl, const uint16_t* a, int64_t lda, int64
             const EpilogueArgs& args) {
   prepare<MT>();
   const int64_t row_tiles = (m + MT * 16 - 1) / (MT * 16);
-  if (row_tiles > 65535) throw internal_error("gemm nvfp4: " + std::to_string(m) + " rows exceed the grid");
-  const dim3 grid(static_cast<unsigned>((w.n + kColumnsPerCta - 1) / kColumnsPerCta), static_cast<unsigned>(row_tiles));
+  const int64_t column_tiles = (w.n + kColumnsPerCta - 1) / kColumnsPerCta;
+  if (row_tiles > 0x7fffffff || column_tiles > 65535) {
+    throw internal_error("gemm nvfp4: " + std::to_string(m) + " rows and " + std::to_string(w.n) +
+                         " columns exceed the grid");
+  }
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(column_tiles));
   launch_kernel("gemm_nvfp4_kernel", gemm_nvfp4_kernel<MT>, grid, dim3(kThreads), smem_bytes<MT>(), stream, pdl, a, lda,
                 m, w, args);
 }

@@ -3,9 +3,10 @@
 // A is the bf16 final-norm output; the codes and block scales are decoded to bf16 in registers
 // (exact: e2m1 · e4m3 has at most 6 significant bits), mma.sync m16n8k16 accumulates in fp32, the
 // global scale multiplies each finished sum once, then the GemmEpilogue (logits, argmax partials)
-// finishes it as for the other heads. It runs on exactly the m rows it is given. The weights are
-// read once per 16 activation rows up to 32 rows, once per 64 beyond: V·K/2 code bytes + V·K/16
-// scale bytes each time.
+// finishes it as for the other heads. It runs on exactly the m rows it is given. Each CTA reads its
+// weights (V·K/2 code bytes + V·K/16 scale bytes over the grid) for 16 activation rows up to 32
+// rows, for 64 beyond; the CTAs of one column tile run side by side, so a second row tile's reads
+// come mostly from L2.
 #pragma once
 #include <cstdint>
 
