@@ -5,8 +5,7 @@
 // global scale multiplies each finished sum once, then the GemmEpilogue (logits, argmax partials)
 // finishes it as for the other heads. It runs on exactly the m rows it is given. Each CTA reads its
 // weights (V·K/2 code bytes + V·K/16 scale bytes over the grid) for 16 activation rows up to 32
-// rows, for 64 beyond; the CTAs of one column tile run side by side, so a second row tile's reads
-// come mostly from L2.
+// rows, for 64 beyond (the grid order that lets row tiles share them: gemm_nvfp4.cu).
 #pragma once
 #include <cstdint>
 
