@@ -126,7 +126,7 @@ if [ -z "$build_dir" ]; then
   ((mutations)) && build_dir=build-mutations
 fi
 
-gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
+gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_selector_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
 # CUDA vs the reference at Qwen3-8B in batches of 8 and 32 (the library GEMMs at the real shapes):
 # the CPU reference of 32 sequences needs most of a call.
@@ -223,7 +223,7 @@ run_test() {
     grep -E "^\[  FAILED  \]|Failure|error|reproduce" "$out_dir/$t.out" | head -20 | tee -a "$summary"
     status=1
   fi
-  grep -E "^\[(gemm|nvfp4|attention|rope|oracle|geometry|planted|levers|property)\]" "$out_dir/$t.out" | head -120 >>"$summary"
+  grep -E "^\[(gemm|nvfp4|attention|rope|selector|oracle|geometry|planted|levers|property)\]" "$out_dir/$t.out" | head -120 >>"$summary"
   rm -f "$out_dir/$t.out"
 }
 
@@ -379,7 +379,7 @@ if ((bench_only == 0)); then
   if ((propose_only)); then
     note "--propose-only: the tests ran in another call; the propose benchmark alone"
   else
-    for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_fault_test; do run_test "" "$t" "*"; done
+    for t in gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_selector_test gpu_fault_test; do run_test "" "$t" "*"; done
     run_pass ""
     # The GPU observed/bound table of docs/tolerances.md, from the summary lines of the tests above.
     if python3 ci/tolerance_table.py "$tests_log" >"$out_dir/tolerance-table.md" 2>&1; then

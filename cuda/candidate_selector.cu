@@ -8,8 +8,12 @@
 namespace dflash {
 namespace {
 
-constexpr int kTopkThreads = 256;
+constexpr int kTopkThreads = 512;
 constexpr int kWalkThreads = 256;
+// Shared-memory candidates of the threshold pass. At most K · ceil(V / kTopkThreads) elements can
+// pass the threshold (only the K threads whose own best reaches it hold any), 7760 for K = 16 at
+// V = 248320; more fall back to K passes over the row.
+constexpr int kTopkCandidates = 8192;
 
 // The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids.
 __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
@@ -19,58 +23,109 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
   return ia < ib;
 }
 
-// One CTA per mask row: K rounds, each finding the first element (in the top-K order) that comes
-// after the previous round's pick. The pick is the minimum of a total order, so the reduction's
-// grouping cannot change it.
+// A logit and its id; id < 0: none, ranked after everything.
+struct Ranked {
+  float value;
+  int id;
+};
+__device__ __forceinline__ bool before(const Ranked& x, const Ranked& y) {
+  if (x.id < 0) return false;
+  if (y.id < 0) return true;
+  return ranks_before(x.value, x.id, y.value, y.id);
+}
+
+// The first of one Ranked per thread. The order is total, so the grouping cannot change the pick.
+__device__ Ranked block_first(Ranked r, Ranked* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const Ranked other{__shfl_xor_sync(0xffffffffu, r.value, offset), __shfl_xor_sync(0xffffffffu, r.id, offset)};
+    if (before(other, r)) r = other;
+  }
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = r;
+  __syncthreads();
+  r = scratch[0];
+  for (int w = 1; w < kTopkThreads / 32; ++w) {
+    if (before(scratch[w], r)) r = scratch[w];
+  }
+  __syncthreads();  // scratch is rewritten by the next call
+  return r;
+}
+
+// K rounds over n elements at(i), each picking the first element after the previous pick, and
+// storing it with its unary score (multiplier, then softcap).
+template <typename At>
+__device__ void select_rounds(const SelectorArgs& a, int64_t row, const At& at, int64_t n, Ranked* scratch) {
+  Ranked prev{0.0f, -1};
+  for (int c = 0; c < a.top_k; ++c) {
+    Ranked best{0.0f, -1};
+    for (int64_t i = threadIdx.x; i < n; i += kTopkThreads) {
+      const Ranked x = at(i);
+      if (prev.id >= 0 && !before(prev, x)) continue;  // already taken
+      if (before(x, best)) best = x;
+    }
+    best = block_first(best, scratch);
+    if (threadIdx.x == 0) {
+      const int64_t k = row * a.top_k + c;
+      a.topk_ids[k] = best.id;  // K <= vocab (the config refuses more): always found
+      a.topk_values[k] = best.value;
+      float u = __fmul_rn(best.value, a.output_multiplier);
+      if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
+      a.unary[k] = u;
+    }
+    prev = best;
+  }
+}
+
+// One CTA per mask row, in three steps. (1) Each thread's first element of its stride of the row.
+// (2) The threshold T: the K-th of those per-thread firsts (each thread counts the firsts ranked
+// before its own). Every element of the row's top K ranks at or before T, since the firsts are K or
+// more elements of the row. (3) The elements at or before T (at least K, few for real logits) go to
+// shared memory, and K rounds pick the top K from them; past kTopkCandidates, from the row itself.
+// The top K of a total order is unique, so the result does not depend on which path ran or on the
+// candidates' order in shared memory: same bits as K passes over the row.
 __global__ void __launch_bounds__(kTopkThreads) selector_topk_kernel(SelectorArgs a) {
   pdl_launch_dependents();
   pdl_wait();
-  __shared__ float warp_value[kTopkThreads / 32];
-  __shared__ int warp_id[kTopkThreads / 32];
+  extern __shared__ Ranked candidates[];  // [kTopkCandidates]
+  __shared__ Ranked firsts[kTopkThreads];
+  __shared__ Ranked scratch[kTopkThreads / 32];
+  __shared__ Ranked threshold;
+  __shared__ int count;
   const int64_t row = blockIdx.x;
   const float* logits = a.logits + row * a.vocab;
-  float prev_value = 0.0f;
-  int prev_id = -1;  // none yet
-  for (int c = 0; c < a.top_k; ++c) {
-    float best_value = 0.0f;
-    int best_id = -1;
-    for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
-      const float value = logits[v];
-      const int id = static_cast<int>(v);
-      if (prev_id >= 0 && !ranks_before(prev_value, prev_id, value, id)) continue;  // already taken
-      if (best_id < 0 || ranks_before(value, id, best_value, best_id)) best_value = value, best_id = id;
+
+  Ranked mine{0.0f, -1};
+#pragma unroll 8
+  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
+    const Ranked x{logits[v], static_cast<int>(v)};
+    if (before(x, mine)) mine = x;
+  }
+  firsts[threadIdx.x] = mine;
+  if (threadIdx.x == 0) {
+    threshold = Ranked{0.0f, -1};  // no K-th first (never with K <= vocab): every element passes
+    count = 0;
+  }
+  __syncthreads();
+  if (mine.id >= 0) {
+    int ahead = 0;
+    for (int j = 0; j < kTopkThreads; ++j) ahead += before(firsts[j], mine) ? 1 : 0;
+    if (ahead == a.top_k - 1) threshold = mine;
+  }
+  __syncthreads();
+  const Ranked t = threshold;
+#pragma unroll 8
+  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
+    const Ranked x{logits[v], static_cast<int>(v)};
+    if (t.id < 0 || x.id == t.id || before(x, t)) {
+      const int slot = atomicAdd(&count, 1);
+      if (slot < kTopkCandidates) candidates[slot] = x;
     }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      if (other_id >= 0 && (best_id < 0 || ranks_before(other_value, other_id, best_value, best_id))) {
-        best_value = other_value, best_id = other_id;
-      }
-    }
-    if ((threadIdx.x & 31) == 0) {
-      warp_value[threadIdx.x >> 5] = best_value;
-      warp_id[threadIdx.x >> 5] = best_id;
-    }
-    __syncthreads();
-    best_value = warp_value[0];
-    best_id = warp_id[0];
-    for (int w = 1; w < kTopkThreads / 32; ++w) {
-      if (warp_id[w] >= 0 && (best_id < 0 || ranks_before(warp_value[w], warp_id[w], best_value, best_id))) {
-        best_value = warp_value[w], best_id = warp_id[w];
-      }
-    }
-    __syncthreads();  // warp_value / warp_id are rewritten by the next round
-    if (threadIdx.x == 0) {
-      const int64_t at = row * a.top_k + c;
-      a.topk_ids[at] = best_id;  // K <= vocab (the config refuses more): always found
-      a.topk_values[at] = best_value;
-      // Unary scores, after the top-k: multiplier, then softcap.
-      float u = __fmul_rn(best_value, a.output_multiplier);
-      if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
-      a.unary[at] = u;
-    }
-    prev_value = best_value;
-    prev_id = best_id;
+  }
+  __syncthreads();
+  const int n = count;
+  if (n <= kTopkCandidates) {
+    select_rounds(a, row, [&](int64_t i) { return candidates[i]; }, n, scratch);
+  } else {
+    select_rounds(a, row, [&](int64_t i) { return Ranked{logits[i], static_cast<int>(i)}; }, a.vocab, scratch);
   }
 }
 
@@ -115,9 +170,11 @@ __global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArg
 
 }  // namespace
 
+constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(Ranked);
+
 void launch_selector_topk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
   launch_kernel("selector_topk_kernel", selector_topk_kernel, dim3(static_cast<unsigned>(a.batch * a.slots)),
-                dim3(kTopkThreads), 0, stream, pdl, a);
+                dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
 }
 
 void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
@@ -126,6 +183,8 @@ void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) 
 }
 
 void prepare_selector_kernels() {
+  DFLASH_CUDA_CHECK(cudaFuncSetAttribute(selector_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kTopkSmemBytes)));
   cudaFuncAttributes attributes;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_walk_kernel));
