@@ -15,117 +15,95 @@ constexpr int kWalkThreads = 256;
 // V = 248320; more fall back to K passes over the row.
 constexpr int kTopkCandidates = 8192;
 
-// The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids.
-__device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
-  const bool an = isnan(va), bn = isnan(vb);
-  if (an != bn) return an;
-  if (!an && va != vb) return va > vb;
-  return ia < ib;
+// The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids
+// (-0 and +0 are equal values). As one unsigned key, smaller first: the value's rank in the high
+// word (NaN 0; numbers by their bits made ascending, then inverted), the id in the low word.
+__device__ __forceinline__ uint64_t order_key(float value, int id) {
+  uint32_t u = __float_as_uint(value == 0.0f ? 0.0f : value);
+  u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);  // ascending with the value
+  const uint32_t rank = isnan(value) ? 0u : ~u;
+  return (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(id);
 }
+constexpr uint64_t kNoKey = ~0ull;  // after every element
 
-// A logit and its id; id < 0: none, ranked after everything.
-struct Ranked {
-  float value;
-  int id;
-};
-__device__ __forceinline__ bool before(const Ranked& x, const Ranked& y) {
-  if (x.id < 0) return false;
-  if (y.id < 0) return true;
-  return ranks_before(x.value, x.id, y.value, y.id);
-}
-
-// The first of one Ranked per thread. The order is total, so the grouping cannot change the pick.
-__device__ Ranked block_first(Ranked r, Ranked* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const Ranked other{__shfl_xor_sync(0xffffffffu, r.value, offset), __shfl_xor_sync(0xffffffffu, r.id, offset)};
-    if (before(other, r)) r = other;
-  }
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = r;
+// The smallest of one key per thread.
+__device__ uint64_t block_min(uint64_t key, uint64_t* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) key = min(key, __shfl_xor_sync(0xffffffffu, key, offset));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = key;
   __syncthreads();
-  r = scratch[0];
-  for (int w = 1; w < kTopkThreads / 32; ++w) {
-    if (before(scratch[w], r)) r = scratch[w];
-  }
+  key = scratch[0];
+  for (int w = 1; w < kTopkThreads / 32; ++w) key = min(key, scratch[w]);
   __syncthreads();  // scratch is rewritten by the next call
-  return r;
+  return key;
 }
 
-// K rounds over n elements at(i), each picking the first element after the previous pick, and
-// storing it with its unary score (multiplier, then softcap).
-template <typename At>
-__device__ void select_rounds(const SelectorArgs& a, int64_t row, const At& at, int64_t n, Ranked* scratch) {
-  Ranked prev{0.0f, -1};
+// K rounds over n keys key_at(i), each picking the smallest key above the previous pick, and
+// storing its id, its logit and its unary score (multiplier, then softcap).
+template <typename KeyAt>
+__device__ void select_rounds(const SelectorArgs& a, int64_t row, const float* logits, const KeyAt& key_at, int64_t n,
+                              uint64_t* scratch) {
+  bool first = true;
+  uint64_t prev = 0;
   for (int c = 0; c < a.top_k; ++c) {
-    Ranked best{0.0f, -1};
+    uint64_t best = kNoKey;
     for (int64_t i = threadIdx.x; i < n; i += kTopkThreads) {
-      const Ranked x = at(i);
-      if (prev.id >= 0 && !before(prev, x)) continue;  // already taken
-      if (before(x, best)) best = x;
+      const uint64_t key = key_at(i);
+      if (first || key > prev) best = min(best, key);
     }
-    best = block_first(best, scratch);
+    best = block_min(best, scratch);
     if (threadIdx.x == 0) {
       const int64_t k = row * a.top_k + c;
-      a.topk_ids[k] = best.id;  // K <= vocab (the config refuses more): always found
-      a.topk_values[k] = best.value;
-      float u = __fmul_rn(best.value, a.output_multiplier);
+      // K <= vocab (the config refuses more): a pick is always found; -1 and NaN if not.
+      const int id = best == kNoKey ? -1 : static_cast<int>(best & 0xffffffffu);
+      const float value = id >= 0 ? logits[id] : __int_as_float(0x7fffffff);
+      a.topk_ids[k] = id;
+      a.topk_values[k] = value;
+      float u = __fmul_rn(value, a.output_multiplier);
       if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
       a.unary[k] = u;
     }
     prev = best;
+    first = false;
   }
 }
 
-// One CTA per mask row, in three steps. (1) Each thread's first element of its stride of the row.
-// (2) The threshold T: the K-th of those per-thread firsts (each thread counts the firsts ranked
-// before its own). Every element of the row's top K ranks at or before T, since the firsts are K or
-// more elements of the row. (3) The elements at or before T (at least K, few for real logits) go to
-// shared memory, and K rounds pick the top K from them; past kTopkCandidates, from the row itself.
-// The top K of a total order is unique, so the result does not depend on which path ran or on the
-// candidates' order in shared memory: same bits as K passes over the row.
+// One CTA per mask row, in three steps. (1) Each thread's first key of its stride of the row.
+// (2) The threshold T: the K-th smallest of those per-thread firsts (K rounds of a block minimum).
+// Every element of the row's top K has a key <= T, since the firsts are K or more elements of the
+// row. (3) The keys <= T (at least K, few for real logits) go to shared memory, and K rounds pick
+// the top K from them; past kTopkCandidates, from the row itself. The top K of a total order is
+// unique, so neither the path nor the candidates' order in shared memory changes the result: the
+// same bits as K passes over the row.
 __global__ void __launch_bounds__(kTopkThreads) selector_topk_kernel(SelectorArgs a) {
   pdl_launch_dependents();
   pdl_wait();
-  extern __shared__ Ranked candidates[];  // [kTopkCandidates]
-  __shared__ Ranked firsts[kTopkThreads];
-  __shared__ Ranked scratch[kTopkThreads / 32];
-  __shared__ Ranked threshold;
+  extern __shared__ uint64_t candidates[];  // [kTopkCandidates]
+  __shared__ uint64_t scratch[kTopkThreads / 32];
   __shared__ int count;
   const int64_t row = blockIdx.x;
   const float* logits = a.logits + row * a.vocab;
 
-  Ranked mine{0.0f, -1};
+  uint64_t mine = kNoKey;
+#pragma unroll 8
+  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) mine = min(mine, order_key(logits[v], static_cast<int>(v)));
+  if (threadIdx.x == 0) count = 0;
+  uint64_t threshold = 0;
+  for (int c = 0; c < a.top_k; ++c) threshold = block_min(c == 0 || mine > threshold ? mine : kNoKey, scratch);
+  // threshold == kNoKey: fewer than K firsts (never with K <= vocab); every element passes.
 #pragma unroll 8
   for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
-    const Ranked x{logits[v], static_cast<int>(v)};
-    if (before(x, mine)) mine = x;
-  }
-  firsts[threadIdx.x] = mine;
-  if (threadIdx.x == 0) {
-    threshold = Ranked{0.0f, -1};  // no K-th first (never with K <= vocab): every element passes
-    count = 0;
-  }
-  __syncthreads();
-  if (mine.id >= 0) {
-    int ahead = 0;
-    for (int j = 0; j < kTopkThreads; ++j) ahead += before(firsts[j], mine) ? 1 : 0;
-    if (ahead == a.top_k - 1) threshold = mine;
-  }
-  __syncthreads();
-  const Ranked t = threshold;
-#pragma unroll 8
-  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
-    const Ranked x{logits[v], static_cast<int>(v)};
-    if (t.id < 0 || x.id == t.id || before(x, t)) {
+    const uint64_t key = order_key(logits[v], static_cast<int>(v));
+    if (key <= threshold) {
       const int slot = atomicAdd(&count, 1);
-      if (slot < kTopkCandidates) candidates[slot] = x;
+      if (slot < kTopkCandidates) candidates[slot] = key;
     }
   }
   __syncthreads();
   const int n = count;
   if (n <= kTopkCandidates) {
-    select_rounds(a, row, [&](int64_t i) { return candidates[i]; }, n, scratch);
+    select_rounds(a, row, logits, [&](int64_t i) { return candidates[i]; }, n, scratch);
   } else {
-    select_rounds(a, row, [&](int64_t i) { return Ranked{logits[i], static_cast<int>(i)}; }, a.vocab, scratch);
+    select_rounds(a, row, logits, [&](int64_t i) { return order_key(logits[i], static_cast<int>(i)); }, a.vocab, scratch);
   }
 }
 
@@ -170,7 +148,7 @@ __global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArg
 
 }  // namespace
 
-constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(Ranked);
+constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(uint64_t);
 
 void launch_selector_topk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
   launch_kernel("selector_topk_kernel", selector_topk_kernel, dim3(static_cast<unsigned>(a.batch * a.slots)),
