@@ -9,14 +9,23 @@ namespace dflash {
 namespace {
 
 constexpr int kTopkThreads = 512;
+constexpr int kPlainTopkThreads = 256;
 constexpr int kWalkThreads = 256;
 // Shared-memory candidates of the threshold pass. At most K · ceil(V / kTopkThreads) elements can
 // pass the threshold (only the K threads whose own best reaches it hold any), 7760 for K = 16 at
 // V = 248320; more fall back to K passes over the row.
 constexpr int kTopkCandidates = 8192;
 
-// The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids
-// (-0 and +0 are equal values). As one unsigned key, smaller first: the value's rank in the high
+// The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids.
+// As a comparison (the plain kernel):
+__device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
+  const bool an = isnan(va), bn = isnan(vb);
+  if (an != bn) return an;
+  if (!an && va != vb) return va > vb;
+  return ia < ib;
+}
+
+// The same order (-0 and +0 are equal values) as one unsigned key (the threshold kernel), smaller first: the value's rank in the high
 // word (NaN 0; numbers by their bits made ascending, then inverted), the id in the low word.
 __device__ __forceinline__ uint64_t order_key(float value, int id) {
   uint32_t u = __float_as_uint(value == 0.0f ? 0.0f : value);
@@ -107,6 +116,61 @@ __global__ void __launch_bounds__(kTopkThreads) selector_topk_kernel(SelectorArg
   }
 }
 
+// The plain top-K (selector_topk=plain), kept to bisect with: one CTA per mask row, K rounds over
+// the row, each finding the first element (in the top-K order) after the previous round's pick. The pick is the minimum of a total order, so the reduction's
+// grouping cannot change it.
+__global__ void __launch_bounds__(kPlainTopkThreads) selector_topk_plain_kernel(SelectorArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ float warp_value[kPlainTopkThreads / 32];
+  __shared__ int warp_id[kPlainTopkThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float* logits = a.logits + row * a.vocab;
+  float prev_value = 0.0f;
+  int prev_id = -1;  // none yet
+  for (int c = 0; c < a.top_k; ++c) {
+    float best_value = 0.0f;
+    int best_id = -1;
+    for (int64_t v = threadIdx.x; v < a.vocab; v += kPlainTopkThreads) {
+      const float value = logits[v];
+      const int id = static_cast<int>(v);
+      if (prev_id >= 0 && !ranks_before(prev_value, prev_id, value, id)) continue;  // already taken
+      if (best_id < 0 || ranks_before(value, id, best_value, best_id)) best_value = value, best_id = id;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
+      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
+      if (other_id >= 0 && (best_id < 0 || ranks_before(other_value, other_id, best_value, best_id))) {
+        best_value = other_value, best_id = other_id;
+      }
+    }
+    if ((threadIdx.x & 31) == 0) {
+      warp_value[threadIdx.x >> 5] = best_value;
+      warp_id[threadIdx.x >> 5] = best_id;
+    }
+    __syncthreads();
+    best_value = warp_value[0];
+    best_id = warp_id[0];
+    for (int w = 1; w < kPlainTopkThreads / 32; ++w) {
+      if (warp_id[w] >= 0 && (best_id < 0 || ranks_before(warp_value[w], warp_id[w], best_value, best_id))) {
+        best_value = warp_value[w], best_id = warp_id[w];
+      }
+    }
+    __syncthreads();  // warp_value / warp_id are rewritten by the next round
+    if (threadIdx.x == 0) {
+      const int64_t at = row * a.top_k + c;
+      a.topk_ids[at] = best_id;  // K <= vocab (the config refuses more): always found
+      a.topk_values[at] = best_value;
+      // Unary scores, after the top-k: multiplier, then softcap.
+      float u = __fmul_rn(best_value, a.output_multiplier);
+      if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
+      a.unary[at] = u;
+    }
+    prev_value = best_value;
+    prev_id = best_id;
+  }
+}
+
 // One CTA per sequence: every edge score S[t, p, c] = unary[t, c] + Σ_j A[pred, j]·Hh[t, j]·Bs[id, j]
 // (one thread per element, j in order), then the walk by one thread.
 __global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArgs a) {
@@ -150,9 +214,13 @@ __global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArg
 
 constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(uint64_t);
 
-void launch_selector_topk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
-  launch_kernel("selector_topk_kernel", selector_topk_kernel, dim3(static_cast<unsigned>(a.batch * a.slots)),
-                dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
+void launch_selector_topk(const SelectorArgs& a, SelectorTopK kernel, cudaStream_t stream, bool pdl) {
+  const dim3 grid(static_cast<unsigned>(a.batch * a.slots));
+  if (kernel == SelectorTopK::kPlain) {
+    launch_kernel("selector_topk_plain_kernel", selector_topk_plain_kernel, grid, dim3(kPlainTopkThreads), 0, stream, pdl, a);
+  } else {
+    launch_kernel("selector_topk_kernel", selector_topk_kernel, grid, dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
+  }
 }
 
 void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
@@ -165,6 +233,7 @@ void prepare_selector_kernels() {
                                          static_cast<int>(kTopkSmemBytes)));
   cudaFuncAttributes attributes;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_plain_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_walk_kernel));
 }
 

@@ -40,7 +40,12 @@ struct SelectorArgs {
   int32_t* tokens = nullptr;            // [batch·n]: the draft tokens
 };
 
-void launch_selector_topk(const SelectorArgs& args, cudaStream_t stream, bool pdl);
+// The top-K kernel (selector_topk): threshold (default) passes over the row twice, keeping the
+// elements at or before the K-th of its threads' firsts in shared memory; plain makes K passes over
+// the row. The top K of a total order is unique: both give the same bits.
+enum class SelectorTopK { kThreshold, kPlain };
+
+void launch_selector_topk(const SelectorArgs& args, SelectorTopK kernel, cudaStream_t stream, bool pdl);
 void launch_selector_walk(const SelectorArgs& args, cudaStream_t stream, bool pdl);
 
 void prepare_selector_kernels();

@@ -599,7 +599,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     const DeviceMatrixView hidden = weights_.selector.hidden_projection.view();
     launch("hidden_proj", [=] { enqueue_gemm(pdl, draft_kernel(hidden), hf_draft_.get(), ld_hidden_, draft_rows, hidden, projected); });
     const SelectorArgs selector = selector_args(batch, width);
-    launch("selector_topk", [=] { launch_selector_topk(selector, stream_, pdl); });
+    const SelectorTopK topk_kernel = plan_.selector_topk;
+    launch("selector_topk", [=] { launch_selector_topk(selector, topk_kernel, stream_, pdl); });
     launch("selector_walk", [=] { launch_selector_walk(selector, stream_, pdl); });
     tap_as(stage_name(StageKind::kSelTopkIds), topk_ids_.get(), Storage::kI32, n, top_k, top_k);
     tap_as(stage_name(StageKind::kSelTopkValues), topk_values_.get(), Storage::kF32, n, top_k, top_k);

@@ -105,12 +105,17 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.gemm_columns = parse_number(stage, value, {32, 64, 96, 128}, 0, "a width");
     } else if (stage == "gemm_cols_m64") {
       plan.gemm_columns_m64 = parse_number(stage, value, {32, 64}, 0, "a width");
+    } else if (stage == "selector_topk") {
+      if (value != "threshold" && value != "auto" && value != "plain") {
+        throw bad_input("CUDA kernels: selector_topk=" + value + " is not a kernel (threshold, plain)");
+      }
+      plan.selector_topk = value == "plain" ? SelectorTopK::kPlain : SelectorTopK::kThreshold;
     } else if (stage == "pdl") {
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
                       "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
-                      "gemm_cols, gemm_cols_m64, pdl)");
+                      "gemm_cols, gemm_cols_m64, selector_topk, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -147,6 +152,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.qk_norm_rope", plan.qk_norm_rope == RowKernel::kTuned ? "tuned" : "simple");
   d.emplace_back("kernel.swiglu", plan.swiglu_fused ? "fused (gate|up GEMM epilogue)" : "separate");
   d.emplace_back("kernel.argmax", plan.argmax_fused ? "fused (lm_head GEMM epilogue partials)" : "separate");
+  d.emplace_back("kernel.selector_topk", plan.selector_topk == SelectorTopK::kPlain
+                                             ? "plain (K passes over the row; DFlash2 only)"
+                                             : "threshold (two passes, candidates in shared memory; DFlash2 only)");
   d.emplace_back("kernel.gemm_cols", plan.gemm_columns == 0 ? "auto (m <= 16: 32 or 64 columns per CTA, whichever gives the "
                                                               "busiest SM the fewest weight rows)"
                                                             : std::to_string(plan.gemm_columns) + " (m <= 16)");

@@ -26,6 +26,8 @@
 //   gemm_cols_m64 auto (default: by weight shape for E4M3, 32 for bf16), 32, 64: the mma kernel's CTA
 //                 width at m > 16 (64-row tiles; 64 with bf16 weights falls back to 32 and the plan
 //                 says so; bits do not change with it)
+//   selector_topk threshold (default; alias auto), plain: DFlash2's top-K kernel (candidate_selector.h;
+//                 bits do not change with it)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
 //                 kernels (each next kernel is scheduled early and GEMMs stream weights before
 //                 the previous kernel ends; bits do not change with it)
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/candidate_selector.h"
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
 
@@ -60,6 +63,7 @@ struct KernelPlan {
   RowKernel qk_norm_rope = RowKernel::kTuned;
   bool swiglu_fused = true;
   bool argmax_fused = true;
+  SelectorTopK selector_topk = SelectorTopK::kThreshold;
   int gemm_columns = 0;  // 0: auto
   int gemm_columns_m64 = GemmContext{}.mma_columns_m64;  // 0: auto
   bool pdl = true;

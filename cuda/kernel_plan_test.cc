@@ -50,6 +50,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV; whole-window from 1024 warps)");
   EXPECT_TRUE(d.swiglu_fused);
   EXPECT_TRUE(d.argmax_fused);
+  EXPECT_EQ(d.selector_topk, SelectorTopK::kThreshold);
   EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
   EXPECT_EQ(d.ctx_kernel(1024, WeightFormat::kE4M3), GemmKernel::kMma);
   // auto hands bf16 context GEMMs of more than 64 rows to cuBLASLt, E4M3 ones never.
@@ -61,7 +62,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
 
   const KernelPlan p = resolve_kernel_plan({{"gemm", "cublas"}, {"ctx_gemm", "simple"}, {"attention", "simple"},
                                             {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"}, {"swiglu", "separate"},
-                                            {"argmax", "separate"}},
+                                            {"argmax", "separate"}, {"selector_topk", "plain"}},
                                            64);
   EXPECT_EQ(p.block_gemm, GemmKernel::kCublasLt);
   EXPECT_FALSE(p.ctx_gemm_auto);
@@ -71,6 +72,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(p.qk_norm_rope, RowKernel::kSimple);
   EXPECT_FALSE(p.swiglu_fused);
   EXPECT_FALSE(p.argmax_fused);
+  EXPECT_EQ(p.selector_topk, SelectorTopK::kPlain);
   EXPECT_TRUE(p.cublaslt_reads_e4m3(true));
   EXPECT_FALSE(p.cublaslt_reads_e4m3(false));
   bool described = false;
@@ -195,6 +197,8 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
   EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"gemm", "fast"}}, 64); }).find("gemm=fast"), std::string::npos);
   EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"attention", "flash"}}, 64); }).find("flash"), std::string::npos);
   EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"swiglu", "maybe"}}, 64); }).find("swiglu"), std::string::npos);
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"selector_topk", "radix"}}, 64); }),
+            "CUDA kernels: selector_topk=radix is not a kernel (threshold, plain)");
   // Designs that were measured and removed are not levers any more: asking for one is an error
   // naming it, not a silent default.
   for (const auto& [stage, value] :
@@ -204,7 +208,7 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
     EXPECT_EQ(harness_error_message([&] { resolve_kernel_plan({{stage, value}}, 128); }),
               "CUDA kernels: unknown stage '" + stage +
                   "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, "
-                  "swiglu, argmax, gemm_cols, gemm_cols_m64, pdl)");
+                  "swiglu, argmax, gemm_cols, gemm_cols_m64, selector_topk, pdl)");
   }
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm", "mma-splitk"}}, 128); }),
             "CUDA kernels: gemm=mma-splitk is not a kernel (mma, cublaslt, simple)");

@@ -249,7 +249,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, DrafterGpu,
 
 // DFlash2 (d2-sliding-batch's drafter: convolutions, sliding layers with W = gamma = 8, the
 // selector) on the same script: graphs vs eager, page order, run to run, sequence 1 alone vs in
-// its batches, all bit for bit (the walk included: draft tokens are compared exactly); the tapped
+// its batches, the plain top-K kernel (selector_topk=plain) against the default, all bit for bit
+// (the walk included: draft tokens are compared exactly); the tapped
 // pass changes nothing and gives every DFlash2 stage in forward order with its shape.
 TEST(DrafterGpuDflash2, GraphsPagesRunsAndBatchesChangeNoBit) {
   DFLASH_REQUIRE_GPU();
@@ -276,6 +277,10 @@ TEST(DrafterGpuDflash2, GraphsPagesRunsAndBatchesChangeNoBit) {
     expect_bitwise_equal(outputs_of(all, 1), run_script(alone, script(), false, 1), what + "sequence 1 alone vs batched");
     const auto with = run_script(tapped, script(), true);
     expect_bitwise_equal(all, with, what + "taps on vs off");
+    CudaOptions plain = graphs;
+    plain.kernels["selector_topk"] = "plain";
+    CudaDrafter plain_topk(c, f.weights, small_settings(precision), plain);
+    expect_bitwise_equal(all, run_script(plain_topk, script()), what + "selector_topk=plain vs threshold");
     const std::vector<std::string> names = forward_stage_order(c.num_layers, true);
     for (const ProposeOutput& out : with) {
       EXPECT_EQ(out.path.tap_pass_difference, "") << what << "seq " << out.seq;

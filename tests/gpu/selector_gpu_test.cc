@@ -1,4 +1,4 @@
-// DFlash2's top-K kernel (cuda/candidate_selector.h) against a host sort in the top-K order of
+// DFlash2's top-K kernels (cuda/candidate_selector.h: threshold, the default, and plain) against a host sort in the top-K order of
 // docs/spec/dflash2.md §3.4: NaN first (lower id first among NaNs), then larger values, then lower
 // ids. The expectation is std::sort of every (value, id) pair of the row, independent of the
 // kernel's threshold pass. Ids and values must match exactly; the unary scores too (multiplier 0.5,
@@ -116,7 +116,7 @@ std::string first_difference(const TopK& got, const TopK& want, int top_k) {
   return "";
 }
 
-TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, int rows) {
+TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, int rows, SelectorTopK kernel) {
   DeviceBuffer<float> d_logits(logits.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
   const size_t n = static_cast<size_t>(rows) * top_k;
@@ -133,7 +133,7 @@ TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, in
   a.topk_ids = ids.get();
   a.topk_values = values.get();
   a.unary = unary.get();
-  launch_selector_topk(a, nullptr, false);
+  launch_selector_topk(a, kernel, nullptr, false);
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
   TopK got;
   got.ids.resize(n);
@@ -158,14 +158,17 @@ TEST(SelectorTopKGpu, MatchesAHostSortInTheTopKOrder) {
       for (int64_t v = 0; v < c.vocab; ++v) logits[static_cast<size_t>(r * c.vocab + v)] = c.logit(r, v, rng);
     }
     const TopK want = expected_top_k(logits, c.vocab, c.top_k, c.rows);
-    const TopK got = device_top_k(logits, c.vocab, c.top_k, c.rows);
-    const std::string difference = first_difference(got, want, c.top_k);
-    EXPECT_EQ(difference, "");
-    std::printf("[selector] %-36s V %7lld K %3d rows %d: %s\n", c.name, static_cast<long long>(c.vocab), c.top_k, c.rows,
-                difference.empty() ? "exact" : difference.c_str());
-    // Run to run: the same bits.
-    const TopK again = device_top_k(logits, c.vocab, c.top_k, c.rows);
-    EXPECT_EQ(first_difference(again, got, c.top_k), "");
+    for (SelectorTopK kernel : {SelectorTopK::kThreshold, SelectorTopK::kPlain}) {
+      const char* kernel_name = kernel == SelectorTopK::kPlain ? "plain" : "threshold";
+      const TopK got = device_top_k(logits, c.vocab, c.top_k, c.rows, kernel);
+      const std::string difference = first_difference(got, want, c.top_k);
+      EXPECT_EQ(difference, "") << kernel_name;
+      std::printf("[selector] %-9s %-36s V %7lld K %3d rows %d: %s\n", kernel_name, c.name,
+                  static_cast<long long>(c.vocab), c.top_k, c.rows, difference.empty() ? "exact" : difference.c_str());
+      // Run to run: the same bits.
+      const TopK again = device_top_k(logits, c.vocab, c.top_k, c.rows, kernel);
+      EXPECT_EQ(first_difference(again, got, c.top_k), "") << kernel_name;
+    }
   }
 }
 
@@ -179,7 +182,8 @@ TEST(SelectorTopKGpu, ATieBrokenTheOtherWayIsReported) {
   const std::vector<float> logits(static_cast<size_t>(vocab), 1.25f);
   TopK wrong = expected_top_k(logits, vocab, top_k, 1);
   for (int c = 0; c < top_k; ++c) wrong.ids[static_cast<size_t>(c)] = static_cast<int32_t>(vocab - 1 - c);
-  const std::string difference = first_difference(device_top_k(logits, vocab, top_k, 1), wrong, top_k);
+  const std::string difference =
+      first_difference(device_top_k(logits, vocab, top_k, 1, SelectorTopK::kThreshold), wrong, top_k);
   std::printf("[selector] negative control: %s\n", difference.c_str());
   EXPECT_NE(difference, "");
 }
