@@ -2,46 +2,76 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
 
-constexpr int kConvThreads = 256;
+constexpr int kConvThreads = 128;
+constexpr int kConvRows = 8;  // block rows per chunk: one load round each
 
-// (base + bf16(coefficient)) of output row `row`, side `side`, tap `tau`, channel `ch`.
-__device__ __forceinline__ float conv_weight(const GroupedConvArgs& a, int side, int64_t row, int tau, int64_t ch) {
-  const int64_t groups = a.channels / a.group_size;
-  const float c = a.coef[row * a.ld_coef + (side * a.taps + tau) * groups + ch / a.group_size];
-  const float base = a.base[(static_cast<int64_t>(side) * a.taps + tau) * a.channels + ch];
-  return __fadd_rn(base, __bfloat162float(__float2bfloat16_rn(c)));
-}
+// One thread's (sequence, channel). Every index is formed once, in 32-bit arithmetic (batch·H is
+// at most 2^26, docs/limits.md): a 64-bit division per tap and row costs more than the taps' loads.
+struct ConvThread {
+  int64_t row0;  // the sequence's first block row
+  int ch;        // the channel
+  int group;     // ch / G: its coefficient's column within a (side, tap)
+  int groups;    // H / G
+};
 
-// This thread's (sequence, channel): false past the last one. row0 is the sequence's first block row.
-__device__ __forceinline__ bool conv_thread(const GroupedConvArgs& a, int64_t* row0, int64_t* ch) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(a.batch) * a.channels) return false;
-  *row0 = idx / a.channels * a.block_width;
-  *ch = idx % a.channels;
+// This thread's (sequence, channel): false past the last one.
+__device__ __forceinline__ bool conv_thread(const GroupedConvArgs& a, ConvThread* th) {
+  const int channels = static_cast<int>(a.channels);
+  const int idx = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= a.batch * channels) return false;
+  th->row0 = static_cast<int64_t>(idx / channels) * a.block_width;
+  th->ch = idx % channels;
+  th->group = th->ch / a.group_size;
+  th->groups = channels / a.group_size;
   return true;
 }
 
-// Rows of one sequence from the last to the first: row t reads rows t-k+1..t, none written yet, so
-// the update can be in place.
+// (base + bf16(coefficient)) of output row `row`, side `side`, tap `tau`, the thread's channel.
+__device__ __forceinline__ float conv_weight(const GroupedConvArgs& a, const ConvThread& th, int side, int64_t row,
+                                             int tau) {
+  const int column = (side * a.taps + tau) * th.groups + th.group;
+  const float c = a.coef[row * a.ld_coef + column];
+  const float base = a.base[static_cast<int64_t>(side * a.taps + tau) * a.channels + th.ch];
+  return __fadd_rn(base, __bfloat162float(__float2bfloat16_rn(c)));
+}
+
+// Rows of one sequence from the last chunk of kConvRows to the first: a chunk reads rows at or
+// before its own, none written yet, so the update can be in place. Each chunk loads every operand
+// before it stores, so its loads are in flight together; each row's sum runs over the taps in order.
 __global__ void __launch_bounds__(kConvThreads) conv_prepare_kernel(GroupedConvArgs a, uint16_t* x, int64_t ld_x) {
   pdl_launch_dependents();
   pdl_wait();
-  int64_t row0, ch;
-  if (!conv_thread(a, &row0, &ch)) return;
-  __nv_bfloat16* col = reinterpret_cast<__nv_bfloat16*>(x) + ch;
-  for (int t = a.block_width - 1; t >= 0; --t) {
-    float acc = 0.0f;
-    for (int tau = 0; tau < a.taps && tau <= t; ++tau) {  // block boundary: tap τ is zero for rows t < τ
-      const float z = __bfloat162float(col[(row0 + t - tau) * ld_x]);
-      acc = __fadd_rn(acc, __fmul_rn(conv_weight(a, 0, row0 + t, tau, ch), z));
+  ConvThread th;
+  if (!conv_thread(a, &th)) return;
+  const int64_t row0 = th.row0;
+  __nv_bfloat16* col = reinterpret_cast<__nv_bfloat16*>(x) + th.ch;
+  for (int t0 = (a.block_width - 1) / kConvRows * kConvRows; t0 >= 0; t0 -= kConvRows) {
+    float acc[kConvRows];
+#pragma unroll
+    for (int i = 0; i < kConvRows; ++i) acc[i] = 0.0f;
+    for (int tau = 0; tau < a.taps; ++tau) {
+#pragma unroll
+      for (int i = 0; i < kConvRows; ++i) {
+        const int t = t0 + i;
+        if (t >= a.block_width || tau > t) continue;  // block boundary: tap τ is zero for rows t < τ
+        const float z = __bfloat162float(col[(row0 + t - tau) * ld_x]);
+        acc[i] = __fadd_rn(acc[i], __fmul_rn(conv_weight(a, th, 0, row0 + t, tau), z));
+      }
     }
-    col[(row0 + t) * ld_x] = __float2bfloat16_rn(acc);
+#pragma unroll
+    for (int i = 0; i < kConvRows; ++i) {
+      if (t0 + i < a.block_width) col[(row0 + t0 + i) * ld_x] = __float2bfloat16_rn(acc[i]);
+    }
   }
 }
 
@@ -49,21 +79,37 @@ __global__ void __launch_bounds__(kConvThreads) conv_finish_kernel(GroupedConvAr
                                                                    float* residual, float* tap_out) {
   pdl_launch_dependents();
   pdl_wait();
-  int64_t row0, ch;
-  if (!conv_thread(a, &row0, &ch)) return;
-  for (int t = 0; t < a.block_width; ++t) {
-    float acc = 0.0f;
-    for (int tau = 0; tau < a.taps && tau <= t; ++tau) {
-      acc = __fadd_rn(acc, __fmul_rn(conv_weight(a, 1, row0 + t, tau, ch), z[(row0 + t - tau) * ld_z + ch]));
+  ConvThread th;
+  if (!conv_thread(a, &th)) return;
+  const int64_t row0 = th.row0, ch = th.ch;
+  for (int t0 = 0; t0 < a.block_width; t0 += kConvRows) {
+    float acc[kConvRows];
+#pragma unroll
+    for (int i = 0; i < kConvRows; ++i) acc[i] = 0.0f;
+    for (int tau = 0; tau < a.taps; ++tau) {
+#pragma unroll
+      for (int i = 0; i < kConvRows; ++i) {
+        const int t = t0 + i;
+        if (t >= a.block_width || tau > t) continue;
+        acc[i] = __fadd_rn(acc[i], __fmul_rn(conv_weight(a, th, 1, row0 + t, tau), z[(row0 + t - tau) * ld_z + ch]));
+      }
     }
-    const int64_t at = (row0 + t) * ld_z + ch;
-    if (tap_out != nullptr) tap_out[at] = acc;
-    residual[at] = __fadd_rn(residual[at], acc);
+#pragma unroll
+    for (int i = 0; i < kConvRows; ++i) {
+      if (t0 + i >= a.block_width) continue;
+      const int64_t at = (row0 + t0 + i) * ld_z + ch;
+      if (tap_out != nullptr) tap_out[at] = acc[i];
+      residual[at] = __fadd_rn(residual[at], acc[i]);
+    }
   }
 }
 
 dim3 conv_grid(const GroupedConvArgs& a) {
   const int64_t threads = static_cast<int64_t>(a.batch) * a.channels;
+  if (threads > INT32_MAX) {  // the kernels index in 32 bits
+    throw internal_error("grouped conv: batch " + std::to_string(a.batch) + " x channels " + std::to_string(a.channels) +
+                         " exceeds 32-bit thread indices");
+  }
   return dim3(static_cast<unsigned>((threads + kConvThreads - 1) / kConvThreads));
 }
 
