@@ -182,8 +182,12 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(large, "library from 64 block rows: cutlass (mixed-input wgmma) for E4M3 weights, cublaslt for bf16 weights");
   EXPECT_NE(invariance.find("within a rounding bound from there"), std::string::npos) << invariance;
   for (const auto& [k, v] : describe_kernel_plan(bitwise, true)) {
-    if (k == "kernel.gemm_m64") EXPECT_EQ(v, "mma (every row count)");
-    if (k == "batch_invariance") EXPECT_EQ(v.find("bitwise for block rows (own kernels"), 0u) << v;
+    if (k == "kernel.gemm_m64") {
+      EXPECT_EQ(v, "mma (every row count)");
+    }
+    if (k == "batch_invariance") {
+      EXPECT_EQ(v.find("bitwise for block rows (own kernels"), 0u) << v;
+    }
   }
 
   GemmKernel parsed = GemmKernel::kMma;
