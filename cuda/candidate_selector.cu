@@ -1,20 +1,24 @@
 #include "cuda/candidate_selector.h"
 
+#include <algorithm>
+#include <string>
+
 #include <cuda_bf16.h>
 
+#include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
 
-constexpr int kTopkThreads = 512;
+constexpr int kTopkThreads = kSelectorTopkThreads;
 constexpr int kPlainTopkThreads = 256;
-constexpr int kWalkThreads = 256;
-// Shared-memory candidates of the threshold pass. At most K · ceil(V / kTopkThreads) elements can
-// pass the threshold (only the K threads whose own best reaches it hold any), 7760 for K = 16 at
-// V = 248320; more fall back to K passes over the row.
-constexpr int kTopkCandidates = 8192;
+constexpr int kEdgeThreads = 256;  // 8 edge scores per CTA
+// Shared-memory candidates of a slice's threshold pass. At most K · (slice / kTopkThreads) elements
+// can pass the threshold (only the K threads whose own first reaches it hold any): 1024 for K = 16;
+// more fall back to K passes over the slice.
+constexpr int kTopkCandidates = 4096;
 
 // The top-K order, total: NaN first (lower id first among NaNs), then larger values, then lower ids.
 // As a comparison (the plain kernel):
@@ -46,74 +50,104 @@ __device__ uint64_t block_min(uint64_t key, uint64_t* scratch) {
   return key;
 }
 
-// K rounds over n keys key_at(i), each picking the smallest key above the previous pick, and
-// storing its id, its logit and its unary score (multiplier, then softcap).
-template <typename KeyAt>
-__device__ void select_rounds(const SelectorArgs& a, int64_t row, const float* logits, const KeyAt& key_at, int64_t n,
-                              uint64_t* scratch) {
+// K rounds over n keys key_at(i), each picking the smallest key above the previous pick (kNoKey
+// once the keys run out), handed to emit(c, key) in every thread.
+template <typename KeyAt, typename Emit>
+__device__ void select_rounds(int top_k, const KeyAt& key_at, int64_t n, uint64_t* scratch, const Emit& emit) {
   bool first = true;
   uint64_t prev = 0;
-  for (int c = 0; c < a.top_k; ++c) {
+  for (int c = 0; c < top_k; ++c) {
     uint64_t best = kNoKey;
     for (int64_t i = threadIdx.x; i < n; i += kTopkThreads) {
       const uint64_t key = key_at(i);
       if (first || key > prev) best = min(best, key);
     }
     best = block_min(best, scratch);
-    if (threadIdx.x == 0) {
-      const int64_t k = row * a.top_k + c;
-      // K <= vocab (the config refuses more): a pick is always found; -1 and NaN if not.
-      const int id = best == kNoKey ? -1 : static_cast<int>(best & 0xffffffffu);
-      const float value = id >= 0 ? logits[id] : __int_as_float(0x7fffffff);
-      a.topk_ids[k] = id;
-      a.topk_values[k] = value;
-      float u = __fmul_rn(value, a.output_multiplier);
-      if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
-      a.unary[k] = u;
-    }
+    emit(c, best);
     prev = best;
     first = false;
   }
 }
 
-// One CTA per mask row, in three steps. (1) Each thread's first key of its stride of the row.
-// (2) The threshold T: the K-th smallest of those per-thread firsts (K rounds of a block minimum).
-// Every element of the row's top K has a key <= T, since the firsts are K or more elements of the
-// row. (3) The keys <= T (at least K, few for real logits) go to shared memory, and K rounds pick
-// the top K from them; past kTopkCandidates, from the row itself. The top K of a total order is
-// unique, so neither the path nor the candidates' order in shared memory changes the result: the
-// same bits as K passes over the row.
-__global__ void __launch_bounds__(kTopkThreads) selector_topk_kernel(SelectorArgs a) {
+// The K smallest of n keys key_at(i), in order, in three steps. (1) Each thread's first (smallest)
+// key of its stride. (2) The threshold T: the K-th smallest of those firsts (K rounds of a block
+// minimum); every one of the K smallest keys is <= T, since the firsts are K keys or more. (3) The
+// keys <= T go to shared memory, and K rounds pick from them; past kTopkCandidates, from key_at
+// itself. The K smallest of distinct keys are unique: neither the path nor the candidates' order
+// changes them.
+template <typename KeyAt, typename Emit>
+__device__ void smallest_keys(int top_k, const KeyAt& key_at, int64_t n, uint64_t* candidates, uint64_t* scratch,
+                              int* count, const Emit& emit) {
+  uint64_t mine = kNoKey;
+  // 16 loads in flight per thread.
+#pragma unroll 16
+  for (int64_t i = threadIdx.x; i < n; i += kTopkThreads) mine = min(mine, key_at(i));
+  if (threadIdx.x == 0) *count = 0;  // the block minimums' barriers order this before the atomics
+  uint64_t threshold = 0;
+  for (int c = 0; c < top_k; ++c) threshold = block_min(c == 0 || mine > threshold ? mine : kNoKey, scratch);
+  // threshold == kNoKey: fewer than K firsts; every key passes.
+#pragma unroll 16
+  for (int64_t i = threadIdx.x; i < n; i += kTopkThreads) {
+    const uint64_t key = key_at(i);
+    if (key <= threshold) {
+      const int slot = atomicAdd(count, 1);
+      if (slot < kTopkCandidates) candidates[slot] = key;
+    }
+  }
+  __syncthreads();
+  const int found = *count;
+  if (found <= kTopkCandidates) {
+    select_rounds(top_k, [&](int64_t i) { return candidates[i]; }, found, scratch, emit);
+  } else {
+    select_rounds(top_k, key_at, n, scratch, emit);
+  }
+}
+
+__host__ __device__ constexpr int64_t topk_slices(int64_t vocab) { return (vocab + kSelectorTopkSlice - 1) / kSelectorTopkSlice; }
+
+// The threshold top-K, step 1: one CTA per (mask row, slice of kSelectorTopkSlice logits) writes
+// its slice's K smallest keys (kNoKey past the slice's length) to topk_keys, so that a row's
+// logits stream through many SMs at once.
+__global__ void __launch_bounds__(kTopkThreads) selector_topk_slices_kernel(SelectorArgs a) {
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ uint64_t candidates[];  // [kTopkCandidates]
   __shared__ uint64_t scratch[kTopkThreads / 32];
   __shared__ int count;
-  const int64_t row = blockIdx.x;
-  const float* logits = a.logits + row * a.vocab;
+  const int64_t slices = topk_slices(a.vocab);
+  const int64_t row = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int64_t begin = slice * kSelectorTopkSlice;
+  const int64_t n = min(kSelectorTopkSlice, a.vocab - begin);
+  const float* logits = a.logits + row * a.vocab + begin;
+  uint64_t* out = a.topk_keys + (row * slices + slice) * a.top_k;
+  smallest_keys(
+      a.top_k, [&](int64_t i) { return order_key(logits[i], static_cast<int>(begin + i)); }, n, candidates, scratch,
+      &count, [&](int c, uint64_t key) {
+        if (threadIdx.x == 0) out[c] = key;
+      });
+}
 
-  uint64_t mine = kNoKey;
-#pragma unroll 8
-  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) mine = min(mine, order_key(logits[v], static_cast<int>(v)));
-  if (threadIdx.x == 0) count = 0;
-  uint64_t threshold = 0;
-  for (int c = 0; c < a.top_k; ++c) threshold = block_min(c == 0 || mine > threshold ? mine : kNoKey, scratch);
-  // threshold == kNoKey: fewer than K firsts (never with K <= vocab); every element passes.
-#pragma unroll 8
-  for (int64_t v = threadIdx.x; v < a.vocab; v += kTopkThreads) {
-    const uint64_t key = order_key(logits[v], static_cast<int>(v));
-    if (key <= threshold) {
-      const int slot = atomicAdd(&count, 1);
-      if (slot < kTopkCandidates) candidates[slot] = key;
-    }
-  }
-  __syncthreads();
-  const int n = count;
-  if (n <= kTopkCandidates) {
-    select_rounds(a, row, logits, [&](int64_t i) { return candidates[i]; }, n, scratch);
-  } else {
-    select_rounds(a, row, logits, [&](int64_t i) { return order_key(logits[i], static_cast<int>(i)); }, a.vocab, scratch);
-  }
+// Step 2: one CTA per mask row picks the K smallest of its slices' keys, and stores their ids,
+// logits and unary scores (multiplier, then softcap).
+__global__ void __launch_bounds__(kTopkThreads) selector_topk_merge_kernel(SelectorArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ uint64_t scratch[kTopkThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int64_t n = topk_slices(a.vocab) * a.top_k;
+  const uint64_t* keys = a.topk_keys + row * n;
+  select_rounds(a.top_k, [&](int64_t i) { return keys[i]; }, n, scratch, [&](int c, uint64_t key) {
+    if (threadIdx.x != 0) return;
+    const int64_t k = row * a.top_k + c;
+    // K <= vocab (the config refuses more): a pick is always found; -1 and NaN if not.
+    const int id = key == kNoKey ? -1 : static_cast<int>(key & 0xffffffffu);
+    const float value = id >= 0 ? a.logits[row * a.vocab + id] : __int_as_float(0x7fffffff);
+    a.topk_ids[k] = id;
+    a.topk_values[k] = value;
+    float u = __fmul_rn(value, a.output_multiplier);
+    if (a.softcap > 0.0f) u = __fmul_rn(a.softcap, tanhf(__fdiv_rn(u, a.softcap)));
+    a.unary[k] = u;
+  });
 }
 
 // The plain top-K (selector_topk=plain), kept to bisect with: one CTA per mask row, K rounds over
@@ -171,41 +205,61 @@ __global__ void __launch_bounds__(kPlainTopkThreads) selector_topk_plain_kernel(
   }
 }
 
-// One CTA per sequence: every edge score S[t, p, c] = unary[t, c] + Σ_j A[pred, j]·Hh[t, j]·Bs[id, j]
-// (one thread per element, j in order), then the walk by one thread.
-__global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArgs a) {
+// One warp per edge score S[t, p, c] = unary[t, c] + Σ_j A[pred, j]·Hh[t, j]·Bs[id, j]: lane l adds
+// the terms j = l, l + 32, ... in order, then the lanes' sums meet in a butterfly, which leaves the
+// same bits in every lane. Each score depends on its own operands only, in a fixed order.
+__global__ void __launch_bounds__(kEdgeThreads) selector_edges_kernel(SelectorArgs a) {
   pdl_launch_dependents();
   pdl_wait();
-  const int b = blockIdx.x;
-  const int n = a.slots, k = a.top_k, r = a.rank;
-  const int64_t row0 = static_cast<int64_t>(b) * n;
-  const int64_t elements = static_cast<int64_t>(n) * k * k;
-  for (int64_t e = threadIdx.x; e < elements; e += kWalkThreads) {
-    const int64_t t = e / (static_cast<int64_t>(k) * k);
+  const int k = a.top_k, r = a.rank, lane = threadIdx.x & 31;
+  const int64_t scores = static_cast<int64_t>(a.batch) * a.slots * k * k;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kEdgeThreads / 32);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * (kEdgeThreads / 32) + (threadIdx.x >> 5); e < scores; e += warps) {
+    const int64_t row = e / (static_cast<int64_t>(k) * k);  // the mask row: sequence row / slots, slot row % slots
     const int p = static_cast<int>((e / k) % k), c = static_cast<int>(e % k);
-    const int64_t pred = t == 0 ? a.anchors[b] : a.topk_ids[(row0 + t - 1) * k + p];
-    const int64_t succ = a.topk_ids[(row0 + t) * k + c];
+    const int64_t pred = row % a.slots == 0 ? a.anchors[row / a.slots] : a.topk_ids[(row - 1) * k + p];
+    const int64_t succ = a.topk_ids[row * k + c];
     const __nv_bfloat16* pa = reinterpret_cast<const __nv_bfloat16*>(a.predecessor) + pred * r;
     const __nv_bfloat16* sb = reinterpret_cast<const __nv_bfloat16*>(a.successor) + succ * r;
-    const float* hh = a.hidden_proj + (row0 + t) * r;
+    const float* hh = a.hidden_proj + row * r;
     float sum = 0.0f;
-    for (int j = 0; j < r; ++j) {
+    for (int j = lane; j < r; j += 32) {
       sum = __fadd_rn(sum, __fmul_rn(__fmul_rn(__bfloat162float(pa[j]), hh[j]), __bfloat162float(sb[j])));
     }
-    a.edge_scores[((row0 + t) * k + p) * k + c] = __fadd_rn(a.unary[(row0 + t) * k + c], sum);
+    for (int offset = 16; offset > 0; offset >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+    if (lane == 0) a.edge_scores[e] = __fadd_rn(a.unary[row * k + c], sum);
   }
-  __syncthreads();  // the edge scores are visible to the CTA
-  if (threadIdx.x != 0) return;
+}
+
+// One warp per sequence walks its slots: at slot t, the first maximum of the edge row S[t, prev, :]
+// (the lowest slot on ties, NaN never a maximum; a NaN in slot 0 keeps slot 0, as a scan that moves
+// only to a strictly larger score would).
+__global__ void __launch_bounds__(32) selector_walk_kernel(SelectorArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int k = a.top_k, lane = threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.slots;
   int prev = 0;
-  for (int t = 0; t < n; ++t) {
+  for (int t = 0; t < a.slots; ++t) {
     const float* scores = a.edge_scores + ((row0 + t) * k + prev) * k;
-    int best = 0;
-    for (int c = 1; c < k; ++c) {
-      if (scores[c] > scores[best]) best = c;  // the first maximum: lowest slot on ties
+    float best_value = 0.0f;
+    int best = -1;  // -1: none yet (every score of this lane NaN)
+    for (int c = lane; c < k; c += 32) {
+      const float s = scores[c];
+      a.walk_scores[(row0 + t) * k + c] = s;
+      if (!isnan(s) && (best < 0 || s > best_value)) best_value = s, best = c;
     }
-    for (int c = 0; c < k; ++c) a.walk_scores[(row0 + t) * k + c] = scores[c];
-    a.walk_index[row0 + t] = best;
-    a.tokens[row0 + t] = a.topk_ids[(row0 + t) * k + best];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
+      const int other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const bool take = other >= 0 && (best < 0 || other_value > best_value || (!(best_value > other_value) && other < best));
+      if (take) best_value = other_value, best = other;
+    }
+    if (best < 0 || isnan(scores[0])) best = 0;
+    if (lane == 0) {
+      a.walk_index[row0 + t] = best;
+      a.tokens[row0 + t] = a.topk_ids[(row0 + t) * k + best];
+    }
     prev = best;
   }
 }
@@ -214,26 +268,44 @@ __global__ void __launch_bounds__(kWalkThreads) selector_walk_kernel(SelectorArg
 
 constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(uint64_t);
 
+int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k) { return rows * topk_slices(vocab) * top_k; }
+
 void launch_selector_topk(const SelectorArgs& a, SelectorTopK kernel, cudaStream_t stream, bool pdl) {
-  const dim3 grid(static_cast<unsigned>(a.batch * a.slots));
+  const int64_t rows = static_cast<int64_t>(a.batch) * a.slots;
   if (kernel == SelectorTopK::kPlain) {
-    launch_kernel("selector_topk_plain_kernel", selector_topk_plain_kernel, grid, dim3(kPlainTopkThreads), 0, stream, pdl, a);
-  } else {
-    launch_kernel("selector_topk_kernel", selector_topk_kernel, grid, dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
+    launch_kernel("selector_topk_plain_kernel", selector_topk_plain_kernel, dim3(static_cast<unsigned>(rows)),
+                  dim3(kPlainTopkThreads), 0, stream, pdl, a);
+    return;
   }
+  const int64_t ctas = rows * topk_slices(a.vocab);
+  if (ctas > INT32_MAX) {
+    throw internal_error("selector top-K: " + std::to_string(rows) + " rows x " + std::to_string(topk_slices(a.vocab)) +
+                         " slices exceed the grid");
+  }
+  launch_kernel("selector_topk_slices_kernel", selector_topk_slices_kernel, dim3(static_cast<unsigned>(ctas)),
+                dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
+  launch_kernel("selector_topk_merge_kernel", selector_topk_merge_kernel, dim3(static_cast<unsigned>(rows)),
+                dim3(kTopkThreads), 0, stream, pdl, a);
 }
 
 void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {
-  launch_kernel("selector_walk_kernel", selector_walk_kernel, dim3(static_cast<unsigned>(a.batch)), dim3(kWalkThreads),
+  const int64_t scores = static_cast<int64_t>(a.batch) * a.slots * a.top_k * a.top_k;
+  const int64_t per_cta = kEdgeThreads / 32;
+  const int64_t ctas = std::min<int64_t>((scores + per_cta - 1) / per_cta, int64_t{1} << 20);  // then grid-stride
+  launch_kernel("selector_edges_kernel", selector_edges_kernel, dim3(static_cast<unsigned>(ctas)),
+                dim3(kEdgeThreads), 0, stream, pdl, a);
+  launch_kernel("selector_walk_kernel", selector_walk_kernel, dim3(static_cast<unsigned>(a.batch)), dim3(32),
                 0, stream, pdl, a);
 }
 
 void prepare_selector_kernels() {
-  DFLASH_CUDA_CHECK(cudaFuncSetAttribute(selector_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DFLASH_CUDA_CHECK(cudaFuncSetAttribute(selector_topk_slices_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kTopkSmemBytes)));
   cudaFuncAttributes attributes;
-  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_slices_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_merge_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_plain_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_edges_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_walk_kernel));
 }
 

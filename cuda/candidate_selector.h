@@ -5,8 +5,8 @@
 // rows, and the greedy walk (predecessor slot 0 first, lowest slot on ties). The walk's tokens are
 // the draft tokens.
 //
-// Two kernels: top-K, one CTA per mask row (a row's candidates depend on that row only); edge scores
-// and walk, one CTA per sequence. Every value is reduced in a fixed order and the top-K order is
+// Three kernels: top-K, one CTA per mask row (a row's candidates depend on that row only); edge
+// scores, one warp per score; the walk, one warp per sequence. Every value is reduced in a fixed order and the top-K order is
 // total: same inputs, same bits, whatever the batch. Nothing is allocated: graph-capturable.
 #pragma once
 #include <cstdint>
@@ -17,6 +17,10 @@ namespace dflash {
 
 // The most candidates per slot the kernels serve (dflash_config.selector_top_k; published 16).
 constexpr int kSelectorMaxTopK = 256;
+// The threshold top-K: one CTA of kSelectorTopkThreads per slice of kSelectorTopkSlice logits of a
+// row, each thread taking every kSelectorTopkThreads-th element of its slice.
+constexpr int kSelectorTopkThreads = 256;
+constexpr int64_t kSelectorTopkSlice = 16384;
 
 struct SelectorArgs {
   int batch = 0;
@@ -31,6 +35,7 @@ struct SelectorArgs {
   const uint16_t* predecessor = nullptr;  // [vocab, rank] bf16 codebook
   const uint16_t* successor = nullptr;    // [vocab, rank] bf16 codebook
   const int32_t* anchors = nullptr;     // [batch]: slot 0's predecessor
+  uint64_t* topk_keys = nullptr;        // [batch·n, slices, K]: the threshold top-K's per-slice keys
   int32_t* topk_ids = nullptr;          // [batch·n, K]
   float* topk_values = nullptr;         // [batch·n, K]
   float* unary = nullptr;               // [batch·n, K]
@@ -40,12 +45,17 @@ struct SelectorArgs {
   int32_t* tokens = nullptr;            // [batch·n]: the draft tokens
 };
 
-// The top-K kernel (selector_topk): threshold (default) passes over the row twice, keeping the
-// elements at or before the K-th of its threads' firsts in shared memory; plain makes K passes over
-// the row. The top K of a total order is unique: both give the same bits.
+// The top-K kernel (selector_topk): threshold (default) splits each row into slices, passes over
+// each slice twice, keeping the elements at or before the K-th of its threads' firsts in shared
+// memory, then merges the slices' K best (two launches); plain makes K passes over the row. The top
+// K of a total order is unique: both give the same bits.
 enum class SelectorTopK { kThreshold, kPlain };
 
+// The keys SelectorArgs::topk_keys must hold for the threshold kernel.
+int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k);
+
 void launch_selector_topk(const SelectorArgs& args, SelectorTopK kernel, cudaStream_t stream, bool pdl);
+// The edge scores, then the walk (two launches; the kernel class selector_walk).
 void launch_selector_walk(const SelectorArgs& args, cudaStream_t stream, bool pdl);
 
 void prepare_selector_kernels();

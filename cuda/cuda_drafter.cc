@@ -249,6 +249,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     conv_coef_.allocate(n(rows * config_.conv_coef_dim()));
     conv_out_.allocate(n(rows * h));
     hidden_proj_.allocate(n(draft_rows * config_.dflash2.selector_rank));
+    topk_keys_.allocate(n(selector_topk_keys(draft_rows, vocab, static_cast<int>(top_k))));
     topk_ids_.allocate(n(draft_rows * top_k));
     topk_values_.allocate(n(draft_rows * top_k));
     unary_.allocate(n(draft_rows * top_k));
@@ -369,8 +370,8 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                        "; kernel_projection bf16, coefficients stored bf16, conv_prepare/conv_finish kernels per "
                        "(sequence, channel)); layers " + layers + " (S sliding, W " + std::to_string(d2.sliding_window) +
                        ": per-row left edge in the attention kernel); selector top-" + std::to_string(d2.selector_top_k) +
-                       " (one CTA per mask row), hidden_projection bf16, edge scores and greedy walk (one CTA per "
-                       "sequence); the walk's tokens are the draft tokens");
+                       " (one CTA per mask row), hidden_projection bf16, edge scores (one warp each) and greedy walk "
+                       "(one warp per sequence); the walk's tokens are the draft tokens");
   }
   for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +

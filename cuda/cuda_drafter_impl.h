@@ -132,6 +132,7 @@ class CudaDrafter final : public PagedProposer {
   // DFlash2 only: the kernel_projection outputs (prepare to finish), the convolution's output (taps
   // only), and the selector's buffers (cuda/candidate_selector.h).
   DeviceBuffer<float> conv_coef_, conv_out_, hidden_proj_, topk_values_, unary_, edge_scores_, walk_scores_;
+  DeviceBuffer<uint64_t> topk_keys_;  // the threshold top-K's per-slice keys
   DeviceBuffer<int32_t> topk_ids_, walk_index_;
   // Per-step inputs of the block forward (device, and pinned staging for the upload).
   DeviceBuffer<int32_t> d_anchors_, d_window_length_, d_block_tables_;

@@ -381,6 +381,7 @@ SelectorArgs CudaDrafter::selector_args(int batch, int block_width) const {
   s.predecessor = weights_.selector.predecessor.get();
   s.successor = weights_.selector.successor.get();
   s.anchors = d_anchors_.get();
+  s.topk_keys = topk_keys_.get();
   s.topk_ids = topk_ids_.get();
   s.topk_values = topk_values_.get();
   s.unary = unary_.get();

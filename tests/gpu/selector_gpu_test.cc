@@ -1,14 +1,15 @@
-// DFlash2's top-K kernels (cuda/candidate_selector.h: threshold, the default, and plain) against a host sort in the top-K order of
-// docs/spec/dflash2.md §3.4: NaN first (lower id first among NaNs), then larger values, then lower
-// ids. The expectation is std::sort of every (value, id) pair of the row, independent of the
-// kernel's threshold pass. Ids and values must match exactly; the unary scores too (multiplier 0.5,
-// no softcap: one exact product on both sides).
+// DFlash2's top-K kernels (cuda/candidate_selector.h: threshold, the default, and plain) against a
+// host sort in the top-K order of docs/spec/dflash2.md §3.4: NaN first (lower id first among NaNs),
+// then larger values, then lower ids. The expectation is std::sort of every (value, id) pair of the
+// row, independent of the kernel's threshold pass. Ids and values must match exactly; the unary
+// scores too (multiplier 0.5, no softcap: one exact product on both sides).
 //
 // One table of rows, one comparison loop. The rows cover the DFlash2 geometry (V 248320, K 16) on
 // random logits, ties everywhere (all equal, a few levels), NaN and ±inf, logits that rise with the
-// id, a stride pattern in which many elements pass the threshold (so that the kernel falls back to
-// K passes over the row), K from 1 to 256, and vocabularies down to K itself. The negative control
-// shows that the comparison sees a tie broken the wrong way.
+// id (the K best in the last slice, also in a last slice shorter than K), a stride pattern in which
+// many elements pass the threshold (so that the kernel falls back to K passes over the slice), K
+// from 1 to 256, and vocabularies down to K itself. The negative control shows that the comparison
+// sees a tie broken the wrong way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,9 +51,10 @@ float specials(int, int64_t v, std::mt19937& rng) {
   if (v % 83 == 7) return -std::numeric_limits<float>::infinity();
   return std::normal_distribution<float>(0.0f, 1.0f)(rng);
 }
-// Every element of a stride class v % 512 ranks above every element of the next class: the
-// threads' firsts are the classes' lowest ids, and each of the K best classes passes whole.
-float stride_classes(int, int64_t v, std::mt19937&) { return -static_cast<float>(v % 512); }
+// Every element of a stride class v % kSelectorTopkThreads (one thread's elements of each slice)
+// ranks above every element of the next class: the threads' firsts are the classes' lowest ids in
+// each slice, and each of the K best classes passes whole.
+float stride_classes(int, int64_t v, std::mt19937&) { return -static_cast<float>(v % kSelectorTopkThreads); }
 
 const Case kCases[] = {
     {"DFlash2 geometry, random", 248320, 16, 7, random_normal},
@@ -64,6 +66,7 @@ const Case kCases[] = {
     {"stride classes, K 256 (fallback)", 248320, 256, 1, stride_classes},
     {"K 1", 151936, 1, 2, random_normal},
     {"K 256, random", 151936, 256, 2, random_normal},
+    {"last slice shorter than K", kSelectorTopkSlice + 5, 16, 2, rising},
     {"V 20, K 16", 20, 16, 2, random_normal},
     {"V = K = 16, equal", 16, 16, 1, all_equal},
 };
@@ -122,6 +125,7 @@ TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, in
   const size_t n = static_cast<size_t>(rows) * top_k;
   DeviceBuffer<int32_t> ids(n);
   DeviceBuffer<float> values(n), unary(n);
+  DeviceBuffer<uint64_t> keys(static_cast<size_t>(selector_topk_keys(rows, vocab, top_k)));
   SelectorArgs a;
   a.batch = rows;
   a.slots = 1;
@@ -130,6 +134,7 @@ TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, in
   a.output_multiplier = kMultiplier;
   a.softcap = 0.0f;
   a.logits = d_logits.get();
+  a.topk_keys = keys.get();
   a.topk_ids = ids.get();
   a.topk_values = values.get();
   a.unary = unary.get();
