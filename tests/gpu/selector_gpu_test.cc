@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/candidate_selector.h"
+#include "core/dtype.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -190,6 +191,231 @@ TEST(SelectorTopKGpu, ATieBrokenTheOtherWayIsReported) {
   const std::string difference =
       first_difference(device_top_k(logits, vocab, top_k, 1, SelectorTopK::kThreshold), wrong, top_k);
   std::printf("[selector] negative control: %s\n", difference.c_str());
+  EXPECT_NE(difference, "");
+}
+
+// The edge scores and the walk (launch_selector_walk). Edge scores against an fp64 sum within the
+// fp32 bound of their own arithmetic: each term is rounded twice (two products) and passes through
+// at most ⌈r/32⌉ + 5 additions (its lane's, then the butterfly), then the unary's add: ⌈r/32⌉ + 8
+// roundings of at most 2^-24 each, relative to |u| + Σ_j |A·Hh·Bs| (to first order). The walk exactly: a host
+// scan of the device's own edge row S[t, prev, :] from slot 0, moving only to a strictly larger
+// score (first maximum, lowest slot on ties; a NaN never moves it; a NaN in slot 0 stays), must
+// give the same slots, tokens and walk_scores bits. Rows with rank 1 and Hh = 0 make the edge row
+// the unary row, so that ties across lanes, NaN and ±inf reach the walk as planted.
+struct WalkCase {
+  const char* name;
+  int batch, slots, top_k, rank;
+  bool zero_hidden;
+  // The unary score of slot c of mask row t.
+  float (*unary)(int t, int c, std::mt19937& rng);
+};
+
+float unary_random(int, int, std::mt19937& rng) { return std::normal_distribution<float>(0.0f, 2.0f)(rng); }
+float unary_ties_across_lanes(int, int c, std::mt19937&) { return c % 8 == 7 ? 5.0f : static_cast<float>(c % 5); }
+float unary_nan_first(int, int c, std::mt19937& rng) {
+  return c == 0 ? std::numeric_limits<float>::quiet_NaN() : unary_random(0, c, rng);
+}
+float unary_nan_then_max(int, int c, std::mt19937&) {
+  return c == 3 ? std::numeric_limits<float>::quiet_NaN() : c == 10 ? 9.0f : static_cast<float>(c % 4);
+}
+float unary_equal(int, int, std::mt19937&) { return 0.75f; }
+float unary_infinities(int, int c, std::mt19937&) {
+  return c == 5 || c == 20 ? std::numeric_limits<float>::infinity() : c == 1 ? -std::numeric_limits<float>::infinity() : 1.0f;
+}
+
+const WalkCase kWalkCases[] = {
+    {"DFlash2 geometry (K 16, r 256), batch 2", 2, 7, 16, 256, false, unary_random},
+    {"K 256, r 24, batch 3", 3, 4, 256, 24, false, unary_random},
+    {"K 40: ties across lanes", 1, 3, 40, 1, true, unary_ties_across_lanes},
+    {"NaN in slot 0", 2, 3, 16, 1, true, unary_nan_first},
+    {"NaN before the maximum", 1, 2, 16, 1, true, unary_nan_then_max},
+    {"all equal", 1, 3, 33, 1, true, unary_equal},
+    {"two +inf, one -inf", 1, 2, 24, 1, true, unary_infinities},
+    {"K 1", 2, 5, 1, 8, false, unary_random},
+};
+
+struct WalkInputs {
+  int64_t vocab = 1000;
+  std::vector<int32_t> ids, anchors;
+  std::vector<float> unary, hidden;
+  std::vector<uint16_t> predecessor, successor;
+};
+
+WalkInputs walk_inputs(const WalkCase& c, std::mt19937& rng) {
+  WalkInputs in;
+  const int rows = c.batch * c.slots;
+  in.vocab = std::max<int64_t>(1000, c.top_k);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < in.vocab * c.rank; ++i) {
+    in.predecessor.push_back(float_to_bf16_bits(normal(rng)));
+    in.successor.push_back(float_to_bf16_bits(normal(rng)));
+  }
+  std::vector<int32_t> pool(static_cast<size_t>(in.vocab));
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int t = 0; t < rows; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);  // distinct ids in a row, as the top-K gives
+    for (int k = 0; k < c.top_k; ++k) {
+      in.ids.push_back(pool[static_cast<size_t>(k)]);
+      in.unary.push_back(c.unary(t % c.slots, k, rng));
+    }
+    for (int j = 0; j < c.rank; ++j) in.hidden.push_back(c.zero_hidden ? 0.0f : normal(rng));
+  }
+  for (int b = 0; b < c.batch; ++b) in.anchors.push_back(static_cast<int32_t>(rng() % in.vocab));
+  return in;
+}
+
+struct WalkResult {
+  std::vector<float> edges, walk_scores;
+  std::vector<int32_t> walk_index, tokens;
+};
+
+WalkResult device_walk(const WalkCase& c, const WalkInputs& in) {
+  const int rows = c.batch * c.slots;
+  auto upload = [](const auto& host, auto& device) {
+    DFLASH_CUDA_CHECK(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
+  };
+  DeviceBuffer<int32_t> ids(in.ids.size()), anchors(in.anchors.size()), walk_index(rows), tokens(rows);
+  DeviceBuffer<float> unary(in.unary.size()), hidden(in.hidden.size()), walk_scores(in.unary.size());
+  DeviceBuffer<float> edges(static_cast<size_t>(rows) * c.top_k * c.top_k);
+  DeviceBuffer<uint16_t> predecessor(in.predecessor.size()), successor(in.successor.size());
+  upload(in.ids, ids);
+  upload(in.anchors, anchors);
+  upload(in.unary, unary);
+  upload(in.hidden, hidden);
+  upload(in.predecessor, predecessor);
+  upload(in.successor, successor);
+  SelectorArgs a;
+  a.batch = c.batch;
+  a.slots = c.slots;
+  a.vocab = in.vocab;
+  a.top_k = c.top_k;
+  a.rank = c.rank;
+  a.hidden_proj = hidden.get();
+  a.predecessor = predecessor.get();
+  a.successor = successor.get();
+  a.anchors = anchors.get();
+  a.topk_ids = ids.get();
+  a.unary = unary.get();
+  a.edge_scores = edges.get();
+  a.walk_scores = walk_scores.get();
+  a.walk_index = walk_index.get();
+  a.tokens = tokens.get();
+  launch_selector_walk(a, nullptr, false);
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
+  WalkResult got;
+  got.edges.resize(edges.size());
+  got.walk_scores.resize(walk_scores.size());
+  got.walk_index.resize(static_cast<size_t>(rows));
+  got.tokens.resize(static_cast<size_t>(rows));
+  DFLASH_CUDA_CHECK(cudaMemcpy(got.edges.data(), edges.get(), got.edges.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  DFLASH_CUDA_CHECK(cudaMemcpy(got.walk_scores.data(), walk_scores.get(), got.walk_scores.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost));
+  DFLASH_CUDA_CHECK(cudaMemcpy(got.walk_index.data(), walk_index.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  DFLASH_CUDA_CHECK(cudaMemcpy(got.tokens.data(), tokens.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return got;
+}
+
+// The first edge score outside its bound against the fp64 sum with slot 0's predecessor `anchors`,
+// or "".
+std::string first_edge_difference(const WalkCase& c, const WalkInputs& in, const std::vector<int32_t>& anchors,
+                                  const std::vector<float>& edges) {
+  const int k = c.top_k, r = c.rank;
+  for (int row = 0; row < c.batch * c.slots; ++row) {
+    const int slot = row % c.slots;
+    const float* hh = in.hidden.data() + static_cast<size_t>(row) * r;
+    for (int p = 0; p < k; ++p) {
+      const int64_t pred = slot == 0 ? anchors[static_cast<size_t>(row / c.slots)] : in.ids[static_cast<size_t>((row - 1) * k + p)];
+      for (int cand = 0; cand < k; ++cand) {
+        const int64_t succ = in.ids[static_cast<size_t>(row * k + cand)];
+        const double u = in.unary[static_cast<size_t>(row * k + cand)];
+        double sum = 0.0, magnitude = std::fabs(u);
+        for (int j = 0; j < r; ++j) {
+          const double term = static_cast<double>(bf16_bits_to_float(in.predecessor[static_cast<size_t>(pred * r + j)])) *
+                              hh[j] * bf16_bits_to_float(in.successor[static_cast<size_t>(succ * r + j)]);
+          sum += term;
+          magnitude += std::fabs(term);
+        }
+        const double want = u + sum;
+        const float got = edges[(static_cast<size_t>(row) * k + p) * k + cand];
+        const double bound = ((r + 31) / 32 + 8) * std::ldexp(1.0, -24) * magnitude;
+        const bool same_special = std::isnan(want) ? std::isnan(got) : std::isinf(want) && got == want;
+        if (!same_special && !(std::fabs(got - want) <= bound)) {
+          char buffer[200];
+          std::snprintf(buffer, sizeof buffer, "row %d, p %d, c %d: edge %.9g, fp64 %.9g, bound %.3g", row, p, cand, got,
+                        want, bound);
+          return buffer;
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// The first difference between the device's walk and a host scan of the device's edge rows, or "".
+std::string first_walk_difference(const WalkCase& c, const WalkInputs& in, const WalkResult& got) {
+  const int k = c.top_k;
+  for (int b = 0; b < c.batch; ++b) {
+    int prev = 0;
+    for (int slot = 0; slot < c.slots; ++slot) {
+      const int row = b * c.slots + slot;
+      const float* scores = got.edges.data() + (static_cast<size_t>(row) * k + prev) * k;
+      int best = 0;
+      for (int cand = 1; cand < k; ++cand) {
+        if (scores[cand] > scores[best]) best = cand;
+      }
+      for (int cand = 0; cand < k; ++cand) {
+        if (!same_float(got.walk_scores[static_cast<size_t>(row * k + cand)], scores[cand])) {
+          return "row " + std::to_string(row) + ": walk_scores[" + std::to_string(cand) + "] is not S[t, prev, c]";
+        }
+      }
+      const int32_t token = in.ids[static_cast<size_t>(row * k + best)];
+      if (got.walk_index[static_cast<size_t>(row)] != best || got.tokens[static_cast<size_t>(row)] != token) {
+        return "row " + std::to_string(row) + ": slot " + std::to_string(got.walk_index[static_cast<size_t>(row)]) +
+               " token " + std::to_string(got.tokens[static_cast<size_t>(row)]) + ", expected slot " + std::to_string(best) +
+               " token " + std::to_string(token);
+      }
+      prev = best;
+    }
+  }
+  return "";
+}
+
+TEST(SelectorWalkGpu, EdgeScoresWithinTheirBoundAndTheWalkEqualsAHostScan) {
+  DFLASH_REQUIRE_GPU();
+  prepare_selector_kernels();
+  const uint32_t seed = 20261202;
+  std::printf("[selector] seed %u\n", seed);
+  for (const WalkCase& c : kWalkCases) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(seed);
+    const WalkInputs in = walk_inputs(c, rng);
+    const WalkResult got = device_walk(c, in);
+    const std::string edges = first_edge_difference(c, in, in.anchors, got.edges);
+    const std::string walk = first_walk_difference(c, in, got);
+    EXPECT_EQ(edges, "");
+    EXPECT_EQ(walk, "");
+    std::printf("[selector] walk %-40s batch %d slots %d K %3d r %3d: edges %s, walk %s\n", c.name, c.batch, c.slots,
+                c.top_k, c.rank, edges.empty() ? "within bound" : edges.c_str(), walk.empty() ? "exact" : walk.c_str());
+    const WalkResult again = device_walk(c, in);
+    EXPECT_TRUE(std::equal(again.edges.begin(), again.edges.end(), got.edges.begin(),
+                           [](float x, float y) { return same_float(x, y); }));
+    EXPECT_EQ(again.walk_index, got.walk_index);
+  }
+}
+
+// Negative control: edge scores computed with another anchor as slot 0's predecessor must leave
+// the bound.
+TEST(SelectorWalkGpu, AWrongPredecessorIsReported) {
+  DFLASH_REQUIRE_GPU();
+  prepare_selector_kernels();
+  const WalkCase& c = kWalkCases[0];
+  std::mt19937 rng(20261202);
+  const WalkInputs in = walk_inputs(c, rng);
+  const WalkResult got = device_walk(c, in);
+  std::vector<int32_t> wrong = in.anchors;
+  wrong[0] = static_cast<int32_t>((wrong[0] + 1) % in.vocab);
+  const std::string difference = first_edge_difference(c, in, wrong, got.edges);
+  std::printf("[selector] walk negative control: %s\n", difference.c_str());
   EXPECT_NE(difference, "");
 }
 
