@@ -27,11 +27,16 @@ SelectorResult<T> select_candidates(const Dflash2Config& config, const PreparedS
   const T multiplier = static_cast<T>(config.output_multiplier);
   const T cap = static_cast<T>(config.final_logit_softcapping);
   for (int64_t t = 0; t < n; ++t) {
-    // 1. top-K by raw logit; equal values: lower token id first.
+    // 1. top-K by raw logit; equal values: lower token id first. NaN ranks above every number (as
+    // torch.topk, and the CUDA kernels), so that the order stays total: a comparison that is not
+    // a strict weak order makes partial_sort undefined.
     const T* row = logits.row(row0 + t);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
+      const bool a_nan = std::isnan(row[a]), b_nan = std::isnan(row[b]);
+      if (a_nan != b_nan) return a_nan;
+      if (!a_nan && row[a] != row[b]) return row[a] > row[b];
+      return a < b;
     });
     for (int64_t c = 0; c < K; ++c) {
       const size_t i = static_cast<size_t>(t * K + c);
