@@ -29,8 +29,9 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
   return ia < ib;
 }
 
-// The same order (-0 and +0 are equal values) as one unsigned key (the threshold kernel), smaller first: the value's rank in the high
-// word (NaN 0; numbers by their bits made ascending, then inverted), the id in the low word.
+// The same order (-0 and +0 are equal values) as one unsigned key (the threshold kernel), smaller
+// first: the value's rank in the high word (NaN 0; numbers by their bits made ascending, then
+// inverted), the id in the low word.
 __device__ __forceinline__ uint64_t order_key(float value, int id) {
   uint32_t u = __float_as_uint(value == 0.0f ? 0.0f : value);
   u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);  // ascending with the value
@@ -151,8 +152,8 @@ __global__ void __launch_bounds__(kTopkThreads) selector_topk_merge_kernel(Selec
 }
 
 // The plain top-K (selector_topk=plain), kept to bisect with: one CTA per mask row, K rounds over
-// the row, each finding the first element (in the top-K order) after the previous round's pick. The pick is the minimum of a total order, so the reduction's
-// grouping cannot change it.
+// the row, each finding the first element (in the top-K order) after the previous round's pick.
+// The pick is the minimum of a total order, so the reduction's grouping cannot change it.
 __global__ void __launch_bounds__(kPlainTopkThreads) selector_topk_plain_kernel(SelectorArgs a) {
   pdl_launch_dependents();
   pdl_wait();

@@ -5,9 +5,10 @@
 // rows, and the greedy walk (predecessor slot 0 first, lowest slot on ties). The walk's tokens are
 // the draft tokens.
 //
-// Three kernels: top-K, one CTA per mask row (a row's candidates depend on that row only); edge
-// scores, one warp per score; the walk, one warp per sequence. Every value is reduced in a fixed order and the top-K order is
-// total: same inputs, same bits, whatever the batch. Nothing is allocated: graph-capturable.
+// The kernels: top-K, over slices of each mask row, then a merge per row (a row's candidates depend
+// on that row only); edge scores, one warp per score; the walk, one warp per sequence. Every value
+// is reduced in a fixed order and the top-K order is total: same inputs, same bits, whatever the
+// batch. Nothing is allocated: graph-capturable.
 #pragma once
 #include <cstdint>
 
