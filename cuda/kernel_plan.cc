@@ -154,7 +154,8 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.argmax", plan.argmax_fused ? "fused (lm_head GEMM epilogue partials)" : "separate");
   d.emplace_back("kernel.selector_topk", plan.selector_topk == SelectorTopK::kPlain
                                              ? "plain (K passes over the row; DFlash2 only)"
-                                             : "threshold (two passes, candidates in shared memory; DFlash2 only)");
+                                             : "threshold (row slices of two passes, candidates in shared "
+                                               "memory, then a merge; DFlash2 only)");
   d.emplace_back("kernel.gemm_cols", plan.gemm_columns == 0 ? "auto (m <= 16: 32 or 64 columns per CTA, whichever gives the "
                                                               "busiest SM the fewest weight rows)"
                                                             : std::to_string(plan.gemm_columns) + " (m <= 16)");
