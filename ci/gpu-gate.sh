@@ -28,8 +28,9 @@
 #     two kernel choices are compared in the same run. The CUDA properties (RapidCheck, properties
 #     1-8 and 10 on the CUDA drafter, graphs on and off) run in every pass.
 #     --profile adds an ncu run of one timed fp8 forward (batch 1, context 1024; the bench's
-#     --profile-one) with each kernel's time and DRAM bytes, written to ncu.csv, and a detailed ncu
-#     report of one GEMM launch per block-forward shape (ncu-gemm.txt).
+#     --profile-one) with each kernel's time and DRAM bytes, written to ncu.csv (ncu-dflash2.csv for
+#     the Qwen3.8-27B-DFlash2 geometry), and a detailed ncu report of one GEMM launch per
+#     block-forward shape (ncu-gemm.txt).
 #     --sweep KERNELS (repeatable) times only the fp8 propose benchmark at batch 1 (contexts 1024
 #     and 4096) under each DFLASH_CUDA_KERNELS value, one line each in sweep.txt, to choose between
 #     kernel levers in one call (--sweep-batches "1 8 32" times those batch sizes instead of 1);
@@ -462,6 +463,17 @@ if ((profile)); then
          .gpu/cuda_propose_bench --profile-one --precisions fp8 --replays 100 >"$out_dir/ncu.csv" 2>"$out_dir/ncu.err"; then
     note "PASS profile: ncu.csv ($(grep -c gpu__time_duration "$out_dir/ncu.csv") kernels)"
     rm -f "$out_dir/ncu.err"
+    # The same for one DFlash2 forward (Qwen3.8-27B, batch 1, context 1024).
+    if "$ncu_bin" --profile-from-start off --clock-control none --cache-control none --csv \
+         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+         .gpu/cuda_propose_bench --profile-one --geometry qwen3.8-27b-dflash2 --precisions fp8 --replays 100 \
+         >"$out_dir/ncu-dflash2.csv" 2>"$out_dir/ncu-dflash2.err"; then
+      note "PASS profile: ncu-dflash2.csv ($(grep -c gpu__time_duration "$out_dir/ncu-dflash2.csv") kernels)"
+      rm -f "$out_dir/ncu-dflash2.err"
+    else
+      note "FAIL profile DFlash2 (see ncu-dflash2.err)"
+      status=1
+    fi
     # One GEMM launch per shape in detail: throughput, occupancy, stall reasons, memory traffic.
     for spec in "q|k|v 64" "o 32" "down 32" "gate|up 64" "lm_head 64"; do
       read -r shape columns <<<"$spec"
