@@ -45,6 +45,20 @@ inline StageBound same_precision_logits_bound(const DrafterConfig& config, Preci
   return stage_bound(pair, stage_paths(config, max_window, width).at("logits"), config.vocab_size);
 }
 
+// A host vector on the device, and a device buffer back on the host.
+template <typename T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  DeviceBuffer<T> d(host.size());
+  DFLASH_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer<T>& d) {
+  std::vector<T> host(d.size());
+  DFLASH_CUDA_CHECK(cudaMemcpy(host.data(), d.get(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
 // The rows of `a` as bf16 bits on the device, `ld` elements apart (the padding zero).
 inline DeviceBuffer<uint16_t> upload_activations(const Tensor& a, int64_t ld) {
   std::vector<uint16_t> bits(static_cast<size_t>(a.rows() * ld), 0);

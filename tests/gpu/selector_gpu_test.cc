@@ -121,8 +121,7 @@ std::string first_difference(const TopK& got, const TopK& want, int top_k) {
 }
 
 TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, int rows, SelectorTopK kernel) {
-  DeviceBuffer<float> d_logits(logits.size());
-  DFLASH_CUDA_CHECK(cudaMemcpy(d_logits.get(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
   const size_t n = static_cast<size_t>(rows) * top_k;
   DeviceBuffer<int32_t> ids(n);
   DeviceBuffer<float> values(n), unary(n);
@@ -141,14 +140,7 @@ TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, in
   a.unary = unary.get();
   launch_selector_topk(a, kernel, nullptr, false);
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
-  TopK got;
-  got.ids.resize(n);
-  got.values.resize(n);
-  got.unary.resize(n);
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.ids.data(), ids.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.values.data(), values.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.unary.data(), unary.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  return got;
+  return {gpu_test::to_host(ids), gpu_test::to_host(values), gpu_test::to_host(unary)};
 }
 
 TEST(SelectorTopKGpu, MatchesAHostSortInTheTopKOrder) {
@@ -271,19 +263,12 @@ struct WalkResult {
 
 WalkResult device_walk(const WalkCase& c, const WalkInputs& in) {
   const int rows = c.batch * c.slots;
-  auto upload = [](const auto& host, auto& device) {
-    DFLASH_CUDA_CHECK(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
-  };
-  DeviceBuffer<int32_t> ids(in.ids.size()), anchors(in.anchors.size()), walk_index(rows), tokens(rows);
-  DeviceBuffer<float> unary(in.unary.size()), hidden(in.hidden.size()), walk_scores(in.unary.size());
-  DeviceBuffer<float> edges(static_cast<size_t>(rows) * c.top_k * c.top_k);
-  DeviceBuffer<uint16_t> predecessor(in.predecessor.size()), successor(in.successor.size());
-  upload(in.ids, ids);
-  upload(in.anchors, anchors);
-  upload(in.unary, unary);
-  upload(in.hidden, hidden);
-  upload(in.predecessor, predecessor);
-  upload(in.successor, successor);
+  const DeviceBuffer<int32_t> ids = gpu_test::to_device(in.ids), anchors = gpu_test::to_device(in.anchors);
+  const DeviceBuffer<float> unary = gpu_test::to_device(in.unary), hidden = gpu_test::to_device(in.hidden);
+  const DeviceBuffer<uint16_t> predecessor = gpu_test::to_device(in.predecessor);
+  const DeviceBuffer<uint16_t> successor = gpu_test::to_device(in.successor);
+  DeviceBuffer<int32_t> walk_index(rows), tokens(rows);
+  DeviceBuffer<float> walk_scores(in.unary.size()), edges(static_cast<size_t>(rows) * c.top_k * c.top_k);
   SelectorArgs a;
   a.batch = c.batch;
   a.slots = c.slots;
@@ -302,17 +287,8 @@ WalkResult device_walk(const WalkCase& c, const WalkInputs& in) {
   a.tokens = tokens.get();
   launch_selector_walk(a, nullptr, false);
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
-  WalkResult got;
-  got.edges.resize(edges.size());
-  got.walk_scores.resize(walk_scores.size());
-  got.walk_index.resize(static_cast<size_t>(rows));
-  got.tokens.resize(static_cast<size_t>(rows));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.edges.data(), edges.get(), got.edges.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.walk_scores.data(), walk_scores.get(), got.walk_scores.size() * sizeof(float),
-                               cudaMemcpyDeviceToHost));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.walk_index.data(), walk_index.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  DFLASH_CUDA_CHECK(cudaMemcpy(got.tokens.data(), tokens.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  return got;
+  return {gpu_test::to_host(edges), gpu_test::to_host(walk_scores), gpu_test::to_host(walk_index),
+          gpu_test::to_host(tokens)};
 }
 
 // The first edge score outside its bound against the fp64 sum with slot 0's predecessor `anchors`,
