@@ -268,6 +268,8 @@ __global__ void __launch_bounds__(32) selector_walk_kernel(SelectorArgs a) {
 }  // namespace
 
 constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(uint64_t);
+// Within the 48 KB a launch may ask for without cudaFuncAttributeMaxDynamicSharedMemorySize.
+static_assert(kTopkSmemBytes <= 48 * 1024, "the slices kernel's candidates need an opt-in above 48 KB");
 
 int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k) { return rows * topk_slices(vocab) * top_k; }
 
@@ -300,8 +302,6 @@ void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) 
 }
 
 void prepare_selector_kernels() {
-  DFLASH_CUDA_CHECK(cudaFuncSetAttribute(selector_topk_slices_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kTopkSmemBytes)));
   cudaFuncAttributes attributes;
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_slices_kernel));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, selector_topk_merge_kernel));

@@ -370,7 +370,7 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                        "; kernel_projection bf16, coefficients stored bf16, conv_prepare/conv_finish kernels per "
                        "(sequence, channel)); layers " + layers + " (S sliding, W " + std::to_string(d2.sliding_window) +
                        ": per-row left edge in the attention kernel); selector top-" + std::to_string(d2.selector_top_k) +
-                       " (one CTA per mask row), hidden_projection bf16, edge scores (one warp each) and greedy walk "
+                       " (kernel.selector_topk), hidden_projection bf16, edge scores (one warp each) and greedy walk "
                        "(one warp per sequence); the walk's tokens are the draft tokens");
   }
   for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
