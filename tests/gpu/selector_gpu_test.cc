@@ -32,6 +32,7 @@ namespace dflash {
 namespace {
 
 constexpr float kMultiplier = 0.5f;
+constexpr uint32_t kSeed = 20261202;  // printed by each table's test; every case starts from it
 
 struct Case {
   const char* name;
@@ -146,11 +147,10 @@ TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, in
 TEST(SelectorTopKGpu, MatchesAHostSortInTheTopKOrder) {
   DFLASH_REQUIRE_GPU();
   prepare_selector_kernels();
-  const uint32_t seed = 20261202;
-  std::printf("[selector] seed %u\n", seed);
+  std::printf("[selector] seed %u\n", kSeed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
-    std::mt19937 rng(seed);
+    std::mt19937 rng(kSeed);
     std::vector<float> logits(static_cast<size_t>(c.rows) * c.vocab);
     for (int r = 0; r < c.rows; ++r) {
       for (int64_t v = 0; v < c.vocab; ++v) logits[static_cast<size_t>(r * c.vocab + v)] = c.logit(r, v, rng);
@@ -359,11 +359,10 @@ std::string first_walk_difference(const WalkCase& c, const WalkInputs& in, const
 TEST(SelectorWalkGpu, EdgeScoresWithinTheirBoundAndTheWalkEqualsAHostScan) {
   DFLASH_REQUIRE_GPU();
   prepare_selector_kernels();
-  const uint32_t seed = 20261202;
-  std::printf("[selector] seed %u\n", seed);
+  std::printf("[selector] seed %u\n", kSeed);
   for (const WalkCase& c : kWalkCases) {
     SCOPED_TRACE(c.name);
-    std::mt19937 rng(seed);
+    std::mt19937 rng(kSeed);
     const WalkInputs in = walk_inputs(c, rng);
     const WalkResult got = device_walk(c, in);
     const std::string edges = first_edge_difference(c, in, in.anchors, got.edges);
@@ -385,7 +384,7 @@ TEST(SelectorWalkGpu, AWrongPredecessorIsReported) {
   DFLASH_REQUIRE_GPU();
   prepare_selector_kernels();
   const WalkCase& c = kWalkCases[0];
-  std::mt19937 rng(20261202);
+  std::mt19937 rng(kSeed);
   const WalkInputs in = walk_inputs(c, rng);
   const WalkResult got = device_walk(c, in);
   std::vector<int32_t> wrong = in.anchors;
