@@ -100,7 +100,7 @@ double propose_flops(const DrafterConfig& c, int batch, int width, int64_t conte
                 selector);
 }
 
-// profile_one: only batch 1 at context 1024, and after its timing one more graph replay between
+// profile_one: only the first batch size asked for (1 by default) at context 1024, and after its timing one more graph replay between
 // cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
 // without: kernel classes the timed graph leaves out (empty: the drafter's own graph).
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, int block,
@@ -108,7 +108,7 @@ std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const Dr
                      const std::vector<int>& batch_list,
                      const std::vector<int64_t>& context_list, const std::set<std::string>& without) {
   const std::vector<int64_t> contexts = profile_one ? std::vector<int64_t>{1024} : context_list;
-  const std::vector<int> batches = profile_one ? std::vector<int>{1} : batch_list;
+  const std::vector<int> batches = profile_one ? std::vector<int>{batch_list.front()} : batch_list;
   HeadSettings settings;
   settings.gamma = block;
   // The window holds the longest context asked for; the drafter refuses a pool past the KV limit
@@ -233,7 +233,7 @@ int main_impl(int argc, char** argv) {
   app.add_flag("!--no-nvfp4-head", nvfp4_head, "leave out the rows with the target's lm_head in NVFP4");
   bool profile_one = false;
   app.add_flag("--profile-one", profile_one,
-               "only batch 1, context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
+               "only the first --batches value (default 1), context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
                "(for ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
   const std::set<std::string> without = parse_kernel_classes(without_list);
