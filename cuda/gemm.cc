@@ -79,7 +79,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
   if (kernel == GemmKernel::kCutlass) finish.scale = nullptr;  // applied
   GemmEpilogue rest = epilogue;
   if (direct) rest.out = nullptr;  // written
-  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest);
+  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel);
 }
 
 }  // namespace
@@ -100,7 +100,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
   }
   float* raw = raw_scratch(kernel, ctx, m, w.n);
   launch_gemm_simple(ctx.stream, a, lda, m, w, raw);
-  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue);
+  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel);
 }
 
 }  // namespace dflash

@@ -64,6 +64,12 @@ const char* gemm_kernel_name(GemmKernel kernel);  // "mma", "cublaslt", "simple"
 // The kernels a whole forward can use (mma, cublaslt, simple): kCutlass serves E4M3 weights only.
 bool parse_gemm_kernel(const std::string& name, GemmKernel* out);
 
+// The kernel that finishes the fallbacks' and libraries' fp32 products (the epilogue above). Both
+// give every output the same bits.
+//  - kVector: four columns per thread, 16-byte accesses (the default);
+//  - kWarp: one column per lane, a warp per 32-column block (the plain form, for bisecting).
+enum class EpilogueKernel { kVector, kWarp };
+
 // Device resources the GEMMs use; owned by the caller.
 struct GemmContext {
   cudaStream_t stream = nullptr;
@@ -76,6 +82,7 @@ struct GemmContext {
   size_t raw_capacity = 0;
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
   int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by shape (gemm_mma_columns_m64)
+  EpilogueKernel epilogue_kernel = EpilogueKernel::kVector;
   int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the m <= 16 kernel's solo layout
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
@@ -114,9 +121,10 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);
-// Applies scale, bias and the epilogue to raw[m, n] (leading dimension ld_raw >= n).
+// Applies scale, bias and the epilogue to raw[m, n] (leading dimension ld_raw >= n). kVector runs
+// the warp form where n, a leading dimension or a pointer is not aligned to four floats.
 void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
-                          const GemmEpilogue& epilogue);
+                          const GemmEpilogue& epilogue, EpilogueKernel kernel);
 // raw[m, n] = A·Wᵀ through cuBLASLt (bf16 weights, or the decoded copy of E4M3 ones).
 void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      float* raw, int64_t ld_raw);

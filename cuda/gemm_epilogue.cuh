@@ -77,6 +77,20 @@ __device__ __forceinline__ void load_epilogue_residual(const EpilogueArgs& e, in
   }
 }
 
+// The finished value of one element: v = acc · scale + bias, fp32, in that order. Every epilogue
+// form calls this and the two below, so each element gets the same operations in every kernel.
+__device__ __forceinline__ float epilogue_value(const EpilogueArgs& e, float acc, const EpilogueInputs& in) {
+  float v = acc;
+  if (e.scale != nullptr) v = __fmul_rn(v, in.scale);
+  if (e.bias != nullptr) v = __fadd_rn(v, in.bias);
+  return v;
+}
+__device__ __forceinline__ float residual_sum(float residual, float v) { return __fadd_rn(residual, v); }
+// SwiGLU of an interleaved (gate, up) pair of finished values.
+__device__ __forceinline__ __nv_bfloat16 swiglu_value(float gate, float up) {
+  return __float2bfloat16_rn(__fmul_rn(silu(gate), up));
+}
+
 // Called by all 32 lanes of a warp for one output row; lane l holds column col_block + l, and `in`
 // that column's inputs (load_epilogue_constants / load_epilogue_residual).
 __device__ __forceinline__ void epilogue_warp_loaded(const EpilogueArgs& e, int64_t row, int64_t col_block, float acc,
@@ -86,16 +100,14 @@ __device__ __forceinline__ void epilogue_warp_loaded(const EpilogueArgs& e, int6
   const bool valid = row < e.m && col < e.n;
   float v = acc;
   if (valid) {
-    if (e.scale != nullptr) v = __fmul_rn(v, in.scale);
-    if (e.bias != nullptr) v = __fadd_rn(v, in.bias);
+    v = epilogue_value(e, acc, in);
     if (e.ep.out != nullptr) e.ep.out[row * e.ep.ld_out + col] = v;
-    if (e.ep.residual != nullptr) e.ep.residual[row * e.ep.ld_residual + col] = __fadd_rn(in.residual, v);
+    if (e.ep.residual != nullptr) e.ep.residual[row * e.ep.ld_residual + col] = residual_sum(in.residual, v);
   }
   if (e.ep.swiglu_out != nullptr) {
     const float up = __shfl_down_sync(0xffffffffu, v, 1);
     if (valid && (col & 1) == 0) {
-      const float a = __fmul_rn(silu(v), up);
-      reinterpret_cast<__nv_bfloat16*>(e.ep.swiglu_out)[row * e.ep.ld_swiglu + col / 2] = __float2bfloat16_rn(a);
+      reinterpret_cast<__nv_bfloat16*>(e.ep.swiglu_out)[row * e.ep.ld_swiglu + col / 2] = swiglu_value(v, up);
     }
   }
   if (e.ep.argmax_value != nullptr) {

@@ -3,6 +3,7 @@
 // them with the same device code as the mma kernel's epilogue.
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "core/error.h"
@@ -69,6 +70,116 @@ __global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(cons
   }
 }
 
+// The vector form: lane l of a warp holds columns 4l..4l+3 of a 128-column segment of one row (16-byte
+// loads and stores). Each thread finishes its four values with the warp form's operations; the
+// SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best, a
+// thread's four values first, then three xor shuffles (argmax_better is a total order, so every
+// tree picks the warp form's winner). Each warp takes kVectorSegments consecutive segments, their
+// loads issued together. Needs n, every leading dimension and base pointer aligned to four floats
+// (vector_epilogue_fits).
+constexpr int kVectorWarps = 8;
+constexpr int kVectorSegments = 4;
+constexpr int kVectorColumns = 128;  // per segment: 32 lanes x 4
+
+__device__ __forceinline__ void argmax4(const float (&v)[4], int64_t col0, int64_t n, float& best, int& index) {
+  best = -INFINITY;
+  index = INT_MAX;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (col0 + j < n && argmax_better(v[j], static_cast<int>(col0 + j), best, index)) {
+      best = v[j];
+      index = static_cast<int>(col0 + j);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel(const float* raw, int64_t ld_raw,
+                                                                                 EpilogueArgs e) {
+  const int64_t row = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int64_t first_segment = (static_cast<int64_t>(blockIdx.x) * kVectorWarps + threadIdx.x / 32) * kVectorSegments;
+  float4 acc[kVectorSegments], scale[kVectorSegments], bias[kVectorSegments], residual[kVectorSegments];
+#pragma unroll
+  for (int s = 0; s < kVectorSegments; ++s) {
+    const int64_t col = (first_segment + s) * kVectorColumns + 4 * lane;
+    const bool valid = col < e.n;  // n is a multiple of 4: all four columns or none
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    acc[s] = valid ? *reinterpret_cast<const float4*>(raw + row * ld_raw + col) : zero;
+    scale[s] = valid && e.scale != nullptr ? *reinterpret_cast<const float4*>(e.scale + col) : one;
+    bias[s] = valid && e.bias != nullptr ? *reinterpret_cast<const float4*>(e.bias + col) : zero;
+    residual[s] = valid && e.ep.residual != nullptr
+                      ? *reinterpret_cast<const float4*>(e.ep.residual + row * e.ep.ld_residual + col)
+                      : zero;
+  }
+#pragma unroll
+  for (int s = 0; s < kVectorSegments; ++s) {
+    const int64_t segment_col = (first_segment + s) * kVectorColumns;
+    if (segment_col >= e.n) break;  // the whole warp leaves together
+    const int64_t col = segment_col + 4 * lane;
+    const bool valid = col < e.n;
+    const float a[4] = {acc[s].x, acc[s].y, acc[s].z, acc[s].w};
+    const float sc[4] = {scale[s].x, scale[s].y, scale[s].z, scale[s].w};
+    const float bi[4] = {bias[s].x, bias[s].y, bias[s].z, bias[s].w};
+    const float re[4] = {residual[s].x, residual[s].y, residual[s].z, residual[s].w};
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      EpilogueInputs in;
+      in.scale = sc[j];
+      in.bias = bi[j];
+      v[j] = epilogue_value(e, a[j], in);
+    }
+    if (valid) {
+      if (e.ep.out != nullptr) {
+        *reinterpret_cast<float4*>(e.ep.out + row * e.ep.ld_out + col) = make_float4(v[0], v[1], v[2], v[3]);
+      }
+      if (e.ep.residual != nullptr) {
+        *reinterpret_cast<float4*>(e.ep.residual + row * e.ep.ld_residual + col) =
+            make_float4(residual_sum(re[0], v[0]), residual_sum(re[1], v[1]), residual_sum(re[2], v[2]),
+                        residual_sum(re[3], v[3]));
+      }
+      if (e.ep.swiglu_out != nullptr) {
+        __nv_bfloat162 pair;
+        pair.x = swiglu_value(v[0], v[1]);
+        pair.y = swiglu_value(v[2], v[3]);
+        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(e.ep.swiglu_out) + row * e.ep.ld_swiglu +
+                                           col / 2) = pair;
+      }
+    }
+    if (e.ep.argmax_value != nullptr) {
+      float best;
+      int index;
+      argmax4(v, col, e.n, best, index);
+#pragma unroll
+      for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {  // the block's 8 lanes
+        const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+        const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+        if (argmax_better(other, other_index, best, index)) {
+          best = other;
+          index = other_index;
+        }
+      }
+      const int64_t block_col = segment_col + (lane / 8) * kArgmaxBlock;
+      if (lane % 8 == 0 && block_col < e.n) {
+        const int64_t slot = row * e.ep.ld_argmax + block_col / kArgmaxBlock;
+        e.ep.argmax_value[slot] = best;
+        e.ep.argmax_index[slot] = index;
+      }
+    }
+  }
+}
+
+bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The vector form's 16-byte accesses need every row of every operand to start on four floats.
+bool vector_epilogue_fits(const float* raw, int64_t ld_raw, const EpilogueArgs& e) {
+  const GemmEpilogue& ep = e.ep;
+  return e.n % 4 == 0 && ld_raw % 4 == 0 && aligned4(raw) && aligned4(e.scale) && aligned4(e.bias) &&
+         (ep.out == nullptr || (ep.ld_out % 4 == 0 && aligned4(ep.out))) &&
+         (ep.residual == nullptr || (ep.ld_residual % 4 == 0 && aligned4(ep.residual))) &&
+         (ep.swiglu_out == nullptr || (ep.ld_swiglu % 2 == 0 && reinterpret_cast<uintptr_t>(ep.swiglu_out) % 4 == 0));
+}
+
 }  // namespace
 
 void prepare_gemm_fallback_kernels() {
@@ -76,6 +187,7 @@ void prepare_gemm_fallback_kernels() {
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_simple_kernel<true>));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_simple_kernel<false>));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_vector_kernel));
 }
 
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
@@ -91,9 +203,16 @@ void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int
 }
 
 void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
-                          const GemmEpilogue& epilogue) {
+                          const GemmEpilogue& epilogue, EpilogueKernel kernel) {
   if (ld_raw < w.n) throw internal_error("gemm epilogue: ld_raw below n");
   const EpilogueArgs args = make_epilogue_args(w, m, epilogue);
+  if (kernel == EpilogueKernel::kVector && vector_epilogue_fits(raw, ld_raw, args)) {
+    const int64_t per_cta = kVectorWarps * kVectorSegments * kVectorColumns;
+    const dim3 grid(static_cast<unsigned>((w.n + per_cta - 1) / per_cta), static_cast<unsigned>(m));
+    gemm_epilogue_vector_kernel<<<grid, kVectorWarps * 32, 0, stream>>>(raw, ld_raw, args);
+    DFLASH_CUDA_CHECK_LAUNCH("gemm_epilogue_vector_kernel");
+    return;
+  }
   const int64_t per_cta = kEpilogueWarps * kEpilogueBlocksPerWarp;
   const dim3 grid(static_cast<unsigned>((argmax_blocks(w.n) + per_cta - 1) / per_cta), static_cast<unsigned>(m));
   gemm_epilogue_kernel<<<grid, kEpilogueWarps * 32, 0, stream>>>(raw, ld_raw, args);

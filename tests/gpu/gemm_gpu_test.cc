@@ -435,6 +435,87 @@ TEST_F(GemmTest, MmaCtaWidthsAndLayoutsChangeNoBit) {
   }
 }
 
+// The epilogue kernel's two forms (gemm.h EpilogueKernel) on the same fp32 products: every output
+// (out, residual, SwiGLU, argmax partials, all at once) must be the same bits. The products hold
+// NaN, ±inf and runs of equal values (argmax ties); the shapes leave the last 32-column block
+// partly past n, pad the leading dimension, and give n % 4 != 0 (the vector form then runs the warp
+// form). Negative control: one changed product must show.
+TEST_F(GemmTest, EpilogueFormsGiveTheSameBits) {
+  struct Case {
+    int64_t m, n, ld_raw;
+    WeightFormat format;  // E4M3: a per-column scale
+    bool bias;
+  };
+  const Case cases[] = {{5, 4096, 4096, WeightFormat::kE4M3, false},
+                        {3, 2000, 2000, WeightFormat::kE4M3, true},
+                        {7, 1000, 1004, WeightFormat::kBf16, false},
+                        {65, 640, 640, WeightFormat::kBf16, true},
+                        {4, 1002, 1002, WeightFormat::kE4M3, true}};  // n % 4 != 0: the warp form serves both
+  constexpr uint64_t kSeed = 57;
+  for (const Case& c : cases) {
+    const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " ld=" + std::to_string(c.ld_raw);
+    std::vector<float> raw(static_cast<size_t>(c.m * c.ld_raw)), scale(static_cast<size_t>(c.n)),
+        bias(static_cast<size_t>(c.n)), residual0(static_cast<size_t>(c.m * c.n));
+    for (size_t i = 0; i < raw.size(); ++i) {
+      const uint64_t kind = i % 97;  // specials at fixed places, a tied run in every row
+      raw[i] = kind == 3 ? NAN : kind == 5 ? INFINITY : kind == 7 ? -INFINITY
+               : (i % 50) < 6 ? 2.5f : random_bf16(kSeed, 1, i, -4.0f, 4.0f);
+    }
+    for (size_t i = 0; i < scale.size(); ++i) {
+      scale[i] = random_bf16(kSeed, 2, i, 0.01f, 0.1f);
+      bias[i] = random_bf16(kSeed, 3, i, -0.5f, 0.5f);
+    }
+    for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(kSeed, 4, i, -3.0f, 3.0f);
+    const DeviceBuffer<float> d_scale = gpu_test::to_device(scale), d_bias = gpu_test::to_device(bias);
+    DeviceMatrixView w;
+    w.format = c.format;
+    w.n = c.n;
+    w.scale = c.format == WeightFormat::kE4M3 ? d_scale.get() : nullptr;
+    w.bias = c.bias ? d_bias.get() : nullptr;
+    auto outputs = [&](EpilogueKernel kernel, const std::vector<float>& products) {
+      const DeviceBuffer<float> d_raw = gpu_test::to_device(products);
+      DeviceBuffer<float> out(static_cast<size_t>(c.m * c.n)), values(static_cast<size_t>(c.m * argmax_blocks(c.n)));
+      DeviceBuffer<float> residual = gpu_test::to_device(residual0);
+      DeviceBuffer<int32_t> indices(values.size());
+      DeviceBuffer<uint16_t> act(static_cast<size_t>(c.m * c.n / 2));
+      GemmEpilogue ep;
+      ep.out = out.get();
+      ep.ld_out = c.n;
+      ep.residual = residual.get();
+      ep.ld_residual = c.n;
+      ep.swiglu_out = act.get();
+      ep.ld_swiglu = c.n / 2;
+      ep.argmax_value = values.get();
+      ep.argmax_index = indices.get();
+      ep.ld_argmax = argmax_blocks(c.n);
+      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, ep, kernel);
+      EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+      std::vector<uint32_t> bits;
+      for (float v : gpu_test::to_host(out)) bits.push_back(gpu_test::float_bits(v));
+      for (float v : gpu_test::to_host(residual)) bits.push_back(gpu_test::float_bits(v));
+      for (uint16_t v : gpu_test::to_host(act)) bits.push_back(v);
+      for (float v : gpu_test::to_host(values)) bits.push_back(gpu_test::float_bits(v));
+      for (int32_t v : gpu_test::to_host(indices)) bits.push_back(static_cast<uint32_t>(v));
+      return bits;
+    };
+    auto mismatches = [](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+      size_t count = 0;
+      for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
+      return count;
+    };
+    const std::vector<uint32_t> warp = outputs(EpilogueKernel::kWarp, raw);
+    const std::vector<uint32_t> vector = outputs(EpilogueKernel::kVector, raw);
+    ASSERT_EQ(vector.size(), warp.size());
+    EXPECT_EQ(mismatches(vector, warp), 0u) << what;
+    // Negative control: one finite product changed (row 1, column 11) changes an output.
+    std::vector<float> planted = raw;
+    const size_t at = static_cast<size_t>((c.m > 1 ? c.ld_raw : 0) + 11);
+    planted[at] = planted[at] * 1.5f + 1.0f;
+    EXPECT_GT(mismatches(outputs(EpilogueKernel::kVector, planted), warp), 0u) << what << ": negative control";
+    std::printf("[gemm] epilogue forms %-24s %zu words equal\n", what.c_str(), warp.size());
+  }
+}
+
 TEST_F(GemmTest, FusedArgmaxPicksLowestIndexOnTiesAndMatchesTheLogits) {
   const int64_t m = 15, n = 2500, k = 128;
   for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
