@@ -3,7 +3,7 @@
 // · z[t-τ, ch], with t the row inside its own sequence's block of B rows (row mod B), so a tap never
 // reads a row of another sequence nor a context row. The coefficients are the kernel_projection
 // GEMM's fp32 outputs, rounded to bf16 where they are read (the stored precision of the "conv_coef"
-// stage). One thread per (sequence, channel) walks that sequence's rows: fixed order, no atomics.
+// stage). One thread per output element (sequence, row, channel): fixed order, no atomics.
 #pragma once
 #include <cstdint>
 
