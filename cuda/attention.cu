@@ -213,6 +213,56 @@ __device__ __forceinline__ void stage_chunk(const RowOf& row_of, const Attention
   }
 }
 
+// One m-tile's partials of one staged chunk: S, the chunk's m and l (stored by pass group 0) and
+// this CTA's 64-column P·V passes of its unnormalized O, into the partial buffers. Both split-KV
+// kernels call it, so both give the same bits.
+template <int D>
+__device__ __forceinline__ void chunk_partials(const AttentionArgs& a, const QueryRows& rows, int window_length, int chunk,
+                                               int keys, int tile, const uint32_t (&qf)[D / 16][4], uint32_t k_address,
+                                               uint32_t v_address, int pass_group, int pass_ctas, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int group = rows.group;
+  const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
+  float s[8][4];
+  chunk_scores<D>(s, qf, k_address);
+  const ChunkRows seen = chunk_rows(a, window_length, first_key, keys, group, tile, g);
+  float m0, m1, l0, l1;
+  chunk_scale_max(s, a.scale, seen, t, m0, m1);
+  chunk_exp_sum(s, seen, t, m0, m1, l0, l1);
+
+  // Where rows g and g + 8 go (-1: a padding row, never stored).
+  const int r0 = tile * 16 + g, r1 = r0 + 8;
+  auto partial_index = [&](int r) {
+    const int head = rows.kv_head * group + r % group;
+    return ((static_cast<int64_t>(rows.b) * a.num_heads + head) * a.max_block_width + r / group) * a.max_chunks + chunk;
+  };
+  const int64_t p0 = r0 < rows.count ? partial_index(r0) : -1;
+  const int64_t p1 = r1 < rows.count ? partial_index(r1) : -1;
+  if (t == 0 && pass_group == 0) {
+    if (p0 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p0 * 2) = make_float2(m0, l0);
+    if (p1 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p1 * 2) = make_float2(m1, l1);
+  }
+  // O = P·V in passes of 64 output columns: this CTA's share of them.
+#pragma unroll 1
+  for (int pass = pass_group; pass < D / kPassColumns; pass += pass_ctas) {
+    float hi[8][4], lo[8][4];
+    chunk_pv_pass<D>(hi, lo, s, v_address, pass);
+    // Unnormalized partial O (fp32): row g from elements 0, 1, row g + 8 from 2, 3.
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int column = pass * kPassColumns + n * 8 + 2 * t;
+      if (p0 >= 0) {
+        *reinterpret_cast<float2*>(a.partial_out + p0 * D + column) =
+            make_float2(__fadd_rn(hi[n][0], lo[n][0]), __fadd_rn(hi[n][1], lo[n][1]));
+      }
+      if (p1 >= 0) {
+        *reinterpret_cast<float2*>(a.partial_out + p1 * D + column) =
+            make_float2(__fadd_rn(hi[n][2], lo[n][2]), __fadd_rn(hi[n][3], lo[n][3]));
+      }
+    }
+  }
+}
+
 // Split-KV: one CTA per (64-key chunk, kv head, sequence), warp w taking m-tiles w, w + 4, ...; each
 // chunk's m, l and unnormalized O go to the partial buffers and the combine kernel merges them.
 // pass_ctas > 1: that many CTAs share the chunk, each computing S and the softmax statistics
@@ -248,7 +298,6 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   const QueryRows rows{b, kv_head, group, a.block_width * group};
   const int m_tiles = (rows.count + 15) / 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
 
   extern __shared__ __align__(16) unsigned char attention_mma_smem[];
   const uint32_t k_tile = smem_address(attention_mma_smem);
@@ -275,44 +324,88 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   const uint32_t k_address = k_tile + k_lane_offset<D>(lane), v_address = v_tile + v_lane_offset<D>(lane);
   for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
     if (tile != warp) load_query_fragments<D>(qf, a, rows, tile, lane);
-    float s[8][4];
-    chunk_scores<D>(s, qf, k_address);
-    const ChunkRows seen = chunk_rows(a, w.length, first_key, keys, group, tile, g);
-    float m0, m1, l0, l1;
-    chunk_scale_max(s, a.scale, seen, t, m0, m1);
-    chunk_exp_sum(s, seen, t, m0, m1, l0, l1);
+    chunk_partials<D>(a, rows, w.length, chunk, keys, tile, qf, k_address, v_address, pass_group, pass_ctas, lane);
+  }
+}
 
-    // Where rows g and g + 8 go (-1: a padding row, never stored).
-    const int r0 = tile * 16 + g, r1 = r0 + 8;
-    auto partial_index = [&](int r) {
-      const int head = kv_head * group + r % group;
-      return ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + r / group) * a.max_chunks + chunk;
-    };
-    const int64_t p0 = r0 < rows.count ? partial_index(r0) : -1;
-    const int64_t p1 = r1 < rows.count ? partial_index(r1) : -1;
-    if (t == 0 && pass_group == 0) {
-      if (p0 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p0 * 2) = make_float2(m0, l0);
-      if (p1 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p1 * 2) = make_float2(m1, l1);
+// Split-KV, walking: one CTA per (run of chunks_per_cta consecutive chunks, kv head, sequence)
+// computes each chunk's partials exactly as attention_mma_kernel does (chunk_partials), the chunks
+// streaming through two shared-memory buffers so that a chunk's page lookups and copies overlap the
+// previous chunk's math. Where one chunk per CTA would need more than one wave of CTAs, each CTA's
+// fixed costs (the first copies' latency, the query loads) then come once per run. Same bits.
+template <int D>
+constexpr size_t walk_smem_bytes() {  // two buffers of one K and one V tile
+  return 2 * mma_smem_bytes<D>();
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(AttentionArgs a, int chunks_per_cta) {
+  pdl_launch_dependents();
+  constexpr uint32_t kTileBytes = kAttentionChunk * row_stride<D>() * 2;
+  const int kv_head = blockIdx.x, b = blockIdx.y;
+  const int first_chunk = static_cast<int>(blockIdx.z) * chunks_per_cta;
+  const SequenceWindow w = sequence_window(a, b);
+  const int64_t total_keys = static_cast<int64_t>(w.length) + a.block_width;
+  const int chunks = static_cast<int>((total_keys + kAttentionChunk - 1) / kAttentionChunk);
+  // Past this sequence's window: exit without waiting. The run of chunk 0 always waits, so the
+  // grid still ends after the previous kernel.
+  if (first_chunk >= chunks) return;
+  const int steps = min(chunks_per_cta, chunks - first_chunk);
+  const int group = a.num_heads / a.num_kv_heads;
+  const QueryRows rows{b, kv_head, group, a.block_width * group};
+  const int m_tiles = (rows.count + 15) / 16;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t first_read = first_visible_key(a, w.length, 0);
+
+  extern __shared__ __align__(16) unsigned char attention_walk_smem[];
+  const uint32_t buffers = smem_address(attention_walk_smem);
+  // The keys of the next two steps (one page-table lookup per key), read when their copies are issued.
+  __shared__ KeyRows sources[2][kAttentionChunk];
+  auto keys_of = [&](int step) {
+    return chunk_keys(total_keys, static_cast<int64_t>(first_chunk + step) * kAttentionChunk);
+  };
+  auto look_up = [&](int step) {
+    const int64_t first_key = static_cast<int64_t>(first_chunk + step) * kAttentionChunk;
+    for (int jj = threadIdx.x; jj < keys_of(step); jj += kMmaThreads) {
+      sources[step & 1][jj] = key_rows(a, w, b, first_key + jj, kv_head);
     }
-    // O = P·V in passes of 64 output columns: this CTA's share of them.
+  };
+  auto stage = [&](int step, StagedRows which) {
+    const int64_t first_key = static_cast<int64_t>(first_chunk + step) * kAttentionChunk;
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
+    const auto row_of = [&](int jj) { return sources[step & 1][jj]; };
+    stage_chunk<D>(row_of, a, first_key, keys_of(step), w.length, first_read, k_tile, k_tile + kTileBytes, true, 0, 1,
+                   which);
+  };
+  look_up(0);
+  if (steps > 1) look_up(1);
+  __syncthreads();
+  // The first chunk's window rows before the PDL wait (as attention_mma_kernel), its block rows after.
+  stage(0, StagedRows::kWindow);
+  pdl_wait();
+  stage(0, StagedRows::kBlock);
+  cp_async_commit();
+  uint32_t qf[D / 16][4];
+  if (warp < m_tiles) load_query_fragments<D>(qf, a, rows, warp, lane);
+  const uint32_t k_lane = k_lane_offset<D>(lane), v_lane = v_lane_offset<D>(lane);
 #pragma unroll 1
-    for (int pass = pass_group; pass < D / kPassColumns; pass += pass_ctas) {
-      float hi[8][4], lo[8][4];
-      chunk_pv_pass<D>(hi, lo, s, v_address, pass);
-      // Unnormalized partial O (fp32): row g from elements 0, 1, row g + 8 from 2, 3.
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int column = pass * kPassColumns + n * 8 + 2 * t;
-        if (p0 >= 0) {
-          *reinterpret_cast<float2*>(a.partial_out + p0 * D + column) =
-              make_float2(__fadd_rn(hi[n][0], lo[n][0]), __fadd_rn(hi[n][1], lo[n][1]));
-        }
-        if (p1 >= 0) {
-          *reinterpret_cast<float2*>(a.partial_out + p1 * D + column) =
-              make_float2(__fadd_rn(hi[n][2], lo[n][2]), __fadd_rn(hi[n][3], lo[n][3]));
-        }
-      }
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<0>();
+    // The step's rows have landed for every thread and every warp is past the previous step: its
+    // buffer takes the next step's copies (they overlap this step's math), and the sources of
+    // this step, whose copies are all issued, give way to those of step + 2.
+    __syncthreads();
+    if (step + 1 < steps) {
+      stage(step + 1, StagedRows::kAll);
+      cp_async_commit();
     }
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
+    for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
+      if (tile != warp || (step > 0 && m_tiles > kMmaWarps)) load_query_fragments<D>(qf, a, rows, tile, lane);
+      chunk_partials<D>(a, rows, w.length, first_chunk + step, keys_of(step), tile, qf, k_tile + k_lane,
+                        k_tile + kTileBytes + v_lane, 0, 1, lane);
+    }
+    if (step + 2 < steps) look_up(step + 2);
   }
 }
 
@@ -467,22 +560,24 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
   }
 }
 
-// One CTA per (block row, query head): merges the chunks in chunk order. Each chunk's weight
-// exp(m_c - m) and weighted sum exp(m_c - m)·l_c are computed once per CTA (a tile of chunks at a
-// time, in shared memory); every thread then adds its columns over the chunks in chunk order. The
-// arithmetic, and so every bit, is that of the one-thread-per-column loop: m = max_c m_c,
-// l = Σ_c exp(m_c - m)·l_c and o = Σ_c exp(m_c - m)·O_c in chunk order, out = bf16(o / l).
-constexpr int kCombineThreads = 128;
-constexpr int kCombineTile = 256;  // chunks whose weights sit in shared memory at once
+// One warp per (block row, query head): merges the chunks in chunk order. Lane l takes columns
+// l, l + 32, ... (kColumns of them: head_dim <= 32·kColumns) and loads them for kLoads chunks at a
+// time, so the chunks' partials are in flight together; lane c of each tile of 32 chunks computes
+// chunk c's weight exp(m_c - m) and weighted sum exp(m_c - m)·l_c once, and shuffles give them to
+// every lane in chunk order. m = max_c m_c, l = Σ_c exp(m_c - m)·l_c and o = Σ_c exp(m_c - m)·O_c
+// in chunk order, out = bf16(o / l): the whole-window kernel's fold, the same operations.
+constexpr int kCombineWarps = 4;
 
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(AttentionArgs a) {
+template <int kColumns>
+__global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(AttentionArgs a) {
   pdl_launch_dependents();
   pdl_wait();
-  __shared__ float weight[kCombineTile];
-  __shared__ float weighted_sum[kCombineTile];
-  __shared__ float warp_maxima[kCombineThreads / 32];
-  const int64_t row = blockIdx.x;
-  const int head = blockIdx.y;
+  constexpr int kLoads = kColumns >= 8 ? 8 : 16;
+  const int lane = threadIdx.x & 31;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (pair >= static_cast<int64_t>(a.batch) * a.block_width * a.num_heads) return;
+  const int64_t row = pair / a.num_heads;
+  const int head = static_cast<int>(pair % a.num_heads);
   const int b = static_cast<int>(row / a.block_width), i = static_cast<int>(row % a.block_width);
   const int d = a.head_dim;
   const int64_t total_keys = static_cast<int64_t>(a.window_length[b]) + a.block_width;
@@ -494,46 +589,44 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Atte
   const float* max_sum = a.partial_max_sum + base * 2;
   const float* partial = a.partial_out + base * d;
 
-  // m: the max is exact, so the threads may take the chunks in any grouping.
-  float m = -INFINITY;
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) m = fmaxf(m, max_sum[c * 2]);
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  if ((threadIdx.x & 31) == 0) warp_maxima[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = warp_maxima[0];
-  for (int w = 1; w < kCombineThreads / 32; ++w) m = fmaxf(m, warp_maxima[w]);
-
-  float l = 0.0f;
-  constexpr int kColumns = kAttentionMaxHeadDim / kCombineThreads;  // columns threadIdx.x + k·kCombineThreads
-  float o[kColumns];
+  float m = -INFINITY;  // the max is exact in any order
+  for (int c = lane; c < chunks; c += 32) m = fmaxf(m, max_sum[c * 2]);
+  m = warp_max(m);
+  float l = 0.0f, o[kColumns];
 #pragma unroll
   for (int k = 0; k < kColumns; ++k) o[k] = 0.0f;
-  for (int c0 = 0; c0 < chunks; c0 += kCombineTile) {
-    const int count = min(kCombineTile, chunks - c0);
-    __syncthreads();  // the previous tile's weights are no longer read
-    for (int c = threadIdx.x; c < count; c += kCombineThreads) {
-      const float w = expf(max_sum[(c0 + c) * 2] - m);
-      weight[c] = w;
-      weighted_sum[c] = __fmul_rn(w, max_sum[(c0 + c) * 2 + 1]);
+  for (int c0 = 0; c0 < chunks; c0 += 32) {
+    float weight = 0.0f, weighted_sum = 0.0f;  // of chunk c0 + lane
+    if (c0 + lane < chunks) {
+      const float2 ms = *reinterpret_cast<const float2*>(max_sum + (c0 + lane) * 2);
+      weight = expf(ms.x - m);
+      weighted_sum = __fmul_rn(weight, ms.y);
     }
-    __syncthreads();
-    for (int c = 0; c < count; ++c) l = __fadd_rn(l, weighted_sum[c]);
+    const int count = min(32, chunks - c0);
+    for (int j0 = 0; j0 < count; j0 += kLoads) {
+      float x[kLoads][kColumns];
 #pragma unroll
-    for (int k = 0; k < kColumns; ++k) {
-      const int e = threadIdx.x + k * kCombineThreads;
-      if (e < d) {
-        const float* column = partial + static_cast<int64_t>(c0) * d + e;
-        float acc = o[k];
-#pragma unroll 4
-        for (int c = 0; c < count; ++c) acc = __fadd_rn(acc, __fmul_rn(weight[c], column[static_cast<int64_t>(c) * d]));
-        o[k] = acc;
+      for (int j = 0; j < kLoads; ++j) {
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) {
+          const int e = lane + 32 * k;
+          x[j][k] = j0 + j < count && e < d ? partial[static_cast<int64_t>(c0 + j0 + j) * d + e] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (j0 + j >= count) break;  // the whole warp leaves together
+        const float w = __shfl_sync(0xffffffffu, weight, j0 + j);
+        l = __fadd_rn(l, __shfl_sync(0xffffffffu, weighted_sum, j0 + j));
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) o[k] = __fadd_rn(o[k], __fmul_rn(w, x[j][k]));
       }
     }
   }
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + row * a.ld_out + static_cast<int64_t>(head) * d;
 #pragma unroll
   for (int k = 0; k < kColumns; ++k) {
-    const int e = threadIdx.x + k * kCombineThreads;
+    const int e = lane + 32 * k;
     if (e < d) out[e] = __float2bfloat16_rn(__fdiv_rn(o[k], l));
   }
 }
@@ -626,13 +719,47 @@ void prepare_mma() {
   allow_smem<attention_mma_kernel<D>>(mma_smem_bytes<D>());
 }
 
+// The walking kernel, head_dim D: its CTAs resident per SM, found once (before any capture).
 template <int D>
-void launch_mma(const AttentionArgs& a, int pass_ctas, cudaStream_t stream, bool pdl) {
+int prepare_walk() {
+  static const int resident = [] {
+    allow_smem<attention_walk_kernel<D>>(walk_smem_bytes<D>());
+    int ctas = 0;
+    DFLASH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, attention_walk_kernel<D>, kMmaThreads,
+                                                                    walk_smem_bytes<D>()));
+    return std::max(ctas, 1);
+  }();
+  return resident;
+}
+
+// Chunks per CTA of the split-KV form: the lever's count, else 1 where one CTA per chunk (over the
+// grid's max_chunks) fits in one wave, else the fewest that make the walking grid one wave.
+template <int D>
+int split_chunks_per_cta(const AttentionChoice& choice, const AttentionArgs& a) {
+  if (choice.chunks_per_cta > 0) return choice.chunks_per_cta;  // > 1 overrides a P·V split
+  if (attention_pass_ctas(choice.pass_ctas, D) > 1 || a.sm_count < 1) return 1;
+  const int64_t one_per_chunk = static_cast<int64_t>(a.num_kv_heads) * a.batch * a.max_chunks;
+  const int64_t wave = static_cast<int64_t>(a.sm_count) * prepare_walk<D>();
+  return one_per_chunk <= wave ? 1 : static_cast<int>((one_per_chunk + wave - 1) / wave);
+}
+
+template <int D>
+void launch_mma(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   prepare_mma<D>();
   if (a.max_chunks > 65535 || a.batch > 65535) {
     throw internal_error("attention: grid too large (" + std::to_string(a.max_chunks) + " chunks, batch " +
                          std::to_string(a.batch) + ")");
   }
+  const int chunks_per_cta = split_chunks_per_cta<D>(choice, a);
+  if (chunks_per_cta > 1) {
+    prepare_walk<D>();
+    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch),
+                    static_cast<unsigned>((a.max_chunks + chunks_per_cta - 1) / chunks_per_cta));
+    launch_kernel("attention_walk_kernel", attention_walk_kernel<D>, grid, dim3(kMmaThreads), walk_smem_bytes<D>(), stream,
+                  pdl, a, chunks_per_cta);
+    return;
+  }
+  const int pass_ctas = choice.pass_ctas;
   const int ctas = attention_pass_ctas(pass_ctas, D);
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * ctas), static_cast<unsigned>(a.batch),
                   static_cast<unsigned>(a.max_chunks));
@@ -675,7 +802,15 @@ std::string AttentionChoice::name() const {
   switch (kernel) {
     case AttentionKernel::kTuned: {
       const int ctas = attention_pass_ctas(pass_ctas, compiled_head_dim);
-      const std::string split = std::string("split-KV") + (ctas > 1 ? ", P·V passes over " + std::to_string(ctas) + " CTAs" : "");
+      // The walking kernel takes no P·V split; the split takes one chunk per CTA.
+      std::string split = "split-KV";
+      if (chunks_per_cta > 1) {
+        split += ", " + std::to_string(chunks_per_cta) + " chunks per CTA";
+      } else if (ctas > 1) {
+        split += ", P·V passes over " + std::to_string(ctas) + " CTAs";
+      } else if (chunks_per_cta == 0) {
+        split += ", runs of chunks per CTA past one wave";
+      }
       const std::string form = whole_window == WholeWindow::kOn    ? "whole-window"
                                : whole_window == WholeWindow::kOff ? split
                                                                    : split + "; whole-window from " +
@@ -759,8 +894,14 @@ void prepare_attention_kernels() {
   prepare_whole_window<64>();
   prepare_whole_window<128>();
   prepare_whole_window<256>();
+  prepare_walk<64>();
+  prepare_walk<128>();
+  prepare_walk<256>();
   cudaFuncAttributes attributes;
-  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel<1>));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel<2>));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel<4>));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_combine_kernel<8>));
   DFLASH_CUDA_CHECK(cudaFuncSetAttribute(attention_simple_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(attention_simple_max_smem_bytes())));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_simple_kernel));
@@ -788,9 +929,9 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
     }
   } else if (choice.kernel == AttentionKernel::kTuned) {
     switch (choice.compiled_head_dim) {
-      case 64: launch_mma<64>(a, choice.pass_ctas, stream, pdl); break;
-      case 128: launch_mma<128>(a, choice.pass_ctas, stream, pdl); break;
-      case 256: launch_mma<256>(a, choice.pass_ctas, stream, pdl); break;
+      case 64: launch_mma<64>(choice, a, stream, pdl); break;
+      case 128: launch_mma<128>(choice, a, stream, pdl); break;
+      case 256: launch_mma<256>(choice, a, stream, pdl); break;
       default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
     }
   } else {
@@ -801,8 +942,19 @@ void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs&
 void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   // No partials to combine.
   if (choice.kernel == AttentionKernel::kSimple || attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) return;
-  const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
-  launch_kernel("attention_combine_kernel", attention_combine_kernel, grid, dim3(kCombineThreads), 0, stream, pdl, a);
+  const int64_t pairs = static_cast<int64_t>(a.batch) * a.block_width * a.num_heads;
+  const dim3 grid(static_cast<unsigned>((pairs + kCombineWarps - 1) / kCombineWarps));
+  const dim3 block(kCombineWarps * 32);
+  // The fewest columns per lane that cover head_dim (<= kAttentionMaxHeadDim = 32 x 8).
+  if (a.head_dim <= 32) {
+    launch_kernel("attention_combine_kernel", attention_combine_kernel<1>, grid, block, 0, stream, pdl, a);
+  } else if (a.head_dim <= 64) {
+    launch_kernel("attention_combine_kernel", attention_combine_kernel<2>, grid, block, 0, stream, pdl, a);
+  } else if (a.head_dim <= 128) {
+    launch_kernel("attention_combine_kernel", attention_combine_kernel<4>, grid, block, 0, stream, pdl, a);
+  } else {
+    launch_kernel("attention_combine_kernel", attention_combine_kernel<8>, grid, block, 0, stream, pdl, a);
+  }
 }
 
 void launch_attention(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {

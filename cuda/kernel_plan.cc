@@ -74,6 +74,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
   KernelPlan plan;
   std::string attention = "auto";
   int attention_pass_ctas = AttentionChoice{}.pass_ctas;
+  int attention_chunks_per_cta = AttentionChoice{}.chunks_per_cta;
   WholeWindow whole_window = WholeWindow::kAuto;
   for (const auto& [stage, value] : requested) {
     if (stage == "gemm") {
@@ -90,6 +91,8 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       attention = value;
     } else if (stage == "attention_pass_ctas") {
       attention_pass_ctas = parse_number(stage, value, {1, 2, 4}, AttentionChoice{}.pass_ctas, "a count");
+    } else if (stage == "attention_chunks_per_cta") {
+      attention_chunks_per_cta = parse_number(stage, value, {1, 2, 3, 4, 8, 16}, 0, "a count");
     } else if (stage == "attention_whole_window") {
       whole_window = value == "auto" ? WholeWindow::kAuto
                                      : (parse_switch(stage, value, false) ? WholeWindow::kOn : WholeWindow::kOff);
@@ -110,16 +113,22 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
         throw bad_input("CUDA kernels: selector_topk=" + value + " is not a kernel (threshold, plain)");
       }
       plan.selector_topk = value == "plain" ? SelectorTopK::kPlain : SelectorTopK::kThreshold;
+    } else if (stage == "gemm_epilogue") {
+      if (value != "vector" && value != "auto" && value != "warp") {
+        throw bad_input("CUDA kernels: gemm_epilogue=" + value + " is not a kernel (vector, warp)");
+      }
+      plan.gemm_epilogue = value == "warp" ? EpilogueKernel::kWarp : EpilogueKernel::kVector;
     } else if (stage == "pdl") {
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
-                      "gemm_cols, gemm_cols_m64, selector_topk, pdl)");
+                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_chunks_per_cta, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
+                      "gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
   plan.attention.pass_ctas = attention_pass_ctas;
+  plan.attention.chunks_per_cta = attention_chunks_per_cta;
   plan.attention.whole_window = whole_window;
   // The fused epilogues live in the mma kernel; the fallbacks run the same epilogue code as a
   // separate kernel, so fusion choices hold for every GEMM kernel.
@@ -152,6 +161,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.qk_norm_rope", plan.qk_norm_rope == RowKernel::kTuned ? "tuned" : "simple");
   d.emplace_back("kernel.swiglu", plan.swiglu_fused ? "fused (gate|up GEMM epilogue)" : "separate");
   d.emplace_back("kernel.argmax", plan.argmax_fused ? "fused (lm_head GEMM epilogue partials)" : "separate");
+  d.emplace_back("kernel.gemm_epilogue", plan.gemm_epilogue == EpilogueKernel::kWarp
+                                             ? "warp (one column per lane; library and fallback GEMMs)"
+                                             : "vector (four columns per thread; library and fallback GEMMs)");
   d.emplace_back("kernel.selector_topk", plan.selector_topk == SelectorTopK::kPlain
                                              ? "plain (K passes over the row; DFlash2 only)"
                                              : "threshold (row slices of two passes, candidates in shared "

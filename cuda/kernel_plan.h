@@ -14,6 +14,9 @@
 //   attention_pass_ctas  1 (default), 2, 4 (auto = 1): CTAs sharing each chunk of the tuned
 //                 attention, each with every n-th 64-column P·V pass (at most head_dim / 64; bits do
 //                 not change with it)
+//   attention_chunks_per_cta  auto (default: 1 while one CTA per 64-key chunk fits in one wave, else
+//                 the fewest that make the grid one wave), 1, 2, 3, 4, 8, 16: consecutive chunks one
+//                 split-KV CTA walks (bits do not change with it)
 //   attention_whole_window  auto (default: from 1024 warps, one per 16 query rows of a sequence
 //                 and kv head), on, off: the tuned attention as one whole-window kernel instead of
 //                 split-KV and combine (bits do not change with it)
@@ -26,6 +29,8 @@
 //   gemm_cols_m64 auto (default: by weight shape for E4M3, 32 for bf16), 32, 64: the mma kernel's CTA
 //                 width at m > 16 (64-row tiles; 64 with bf16 weights falls back to 32 and the plan
 //                 says so; bits do not change with it)
+//   gemm_epilogue vector (default; alias auto), warp: the kernel that finishes the library GEMMs'
+//                 products (gemm.h EpilogueKernel; bits do not change with it)
 //   selector_topk threshold (default; alias auto), plain: DFlash2's top-K kernel (candidate_selector.h;
 //                 bits do not change with it)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
@@ -64,6 +69,7 @@ struct KernelPlan {
   bool swiglu_fused = true;
   bool argmax_fused = true;
   SelectorTopK selector_topk = SelectorTopK::kThreshold;
+  EpilogueKernel gemm_epilogue = EpilogueKernel::kVector;
   int gemm_columns = 0;  // 0: auto
   int gemm_columns_m64 = GemmContext{}.mma_columns_m64;  // 0: auto
   bool pdl = true;

@@ -47,10 +47,11 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_FALSE(d.ctx_gemm_auto);  // own kernel by default: bitwise batch invariance
   EXPECT_EQ(d.attention.kernel, AttentionKernel::kTuned);
   EXPECT_EQ(d.attention.compiled_head_dim, 128);
-  EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV; whole-window from 1024 warps)");
+  EXPECT_EQ(d.attention.name(), "tuned-d128 (split-KV, runs of chunks per CTA past one wave; whole-window from 1024 warps)");
   EXPECT_TRUE(d.swiglu_fused);
   EXPECT_TRUE(d.argmax_fused);
   EXPECT_EQ(d.selector_topk, SelectorTopK::kThreshold);
+  EXPECT_EQ(d.gemm_epilogue, EpilogueKernel::kVector);
   EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
   EXPECT_EQ(d.ctx_kernel(1024, WeightFormat::kE4M3), GemmKernel::kMma);
   // auto hands bf16 context GEMMs of more than 64 rows to cuBLASLt, E4M3 ones never.
@@ -62,7 +63,8 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
 
   const KernelPlan p = resolve_kernel_plan({{"gemm", "cublas"}, {"ctx_gemm", "simple"}, {"attention", "simple"},
                                             {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"}, {"swiglu", "separate"},
-                                            {"argmax", "separate"}, {"selector_topk", "plain"}},
+                                            {"argmax", "separate"}, {"selector_topk", "plain"},
+                                            {"gemm_epilogue", "warp"}},
                                            64);
   EXPECT_EQ(p.block_gemm, GemmKernel::kCublasLt);
   EXPECT_FALSE(p.ctx_gemm_auto);
@@ -73,6 +75,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_FALSE(p.swiglu_fused);
   EXPECT_FALSE(p.argmax_fused);
   EXPECT_EQ(p.selector_topk, SelectorTopK::kPlain);
+  EXPECT_EQ(p.gemm_epilogue, EpilogueKernel::kWarp);
   EXPECT_TRUE(p.cublaslt_reads_e4m3(true));
   EXPECT_FALSE(p.cublaslt_reads_e4m3(false));
   bool described = false;
@@ -107,7 +110,15 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "4"}, {"attention_whole_window", "off"}}, 128).attention.name(),
             "tuned-d128 (split-KV, P·V passes over 2 CTAs)");
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}, {"attention_whole_window", "off"}}, 64).attention.name(),
-            "tuned-d64 (split-KV)");
+            "tuned-d64 (split-KV, runs of chunks per CTA past one wave)");
+  // attention_chunks_per_cta: a count (1 is the one-chunk kernel), or auto; others refused by name.
+  EXPECT_EQ(d.attention.chunks_per_cta, 0);
+  EXPECT_EQ(resolve_kernel_plan({{"attention_chunks_per_cta", "3"}, {"attention_whole_window", "off"}}, 128).attention.name(),
+            "tuned-d128 (split-KV, 3 chunks per CTA)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_chunks_per_cta", "1"}, {"attention_whole_window", "off"}}, 128).attention.name(),
+            "tuned-d128 (split-KV)");
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_chunks_per_cta", "5"}}, 128); }),
+            "CUDA kernels: attention_chunks_per_cta=5 is not a count (auto, 1, 2, 3, 4, 8, 16)");
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "auto"}, {"attention_whole_window", "on"}}, 256).attention.name(),
             "tuned-d256 (whole-window)");
   // attention_whole_window: the form follows batch x kv heads under auto; on and off hold at every batch.
@@ -203,6 +214,8 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
   EXPECT_NE(harness_error_message([] { resolve_kernel_plan({{"swiglu", "maybe"}}, 64); }).find("swiglu"), std::string::npos);
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"selector_topk", "radix"}}, 64); }),
             "CUDA kernels: selector_topk=radix is not a kernel (threshold, plain)");
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm_epilogue", "scalar"}}, 64); }),
+            "CUDA kernels: gemm_epilogue=scalar is not a kernel (vector, warp)");
   // Designs that were measured and removed are not levers any more: asking for one is an error
   // naming it, not a silent default.
   for (const auto& [stage, value] :
@@ -211,8 +224,9 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
                                                         {"ablate", "rmsnorm"}}) {
     EXPECT_EQ(harness_error_message([&] { resolve_kernel_plan({{stage, value}}, 128); }),
               "CUDA kernels: unknown stage '" + stage +
-                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_whole_window, rmsnorm, qk_norm_rope, "
-                  "swiglu, argmax, gemm_cols, gemm_cols_m64, selector_topk, pdl)");
+                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_chunks_per_cta, attention_whole_window, "
+                  "rmsnorm, qk_norm_rope, "
+                  "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
   }
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm", "mma-splitk"}}, 128); }),
             "CUDA kernels: gemm=mma-splitk is not a kernel (mma, cublaslt, simple)");

@@ -317,7 +317,7 @@ std::vector<Step> large_batch_script() {
 // cuBLASLt (bf16): graph replay still equals eager and runs repeat bit for bit, but a sequence's
 // outputs alone (8 rows: the mma kernel) and in a batch of ten (80 rows: the library) agree only
 // within the same-precision bound, the bound describe() states; gemm_m64=mma keeps them bitwise.
-// The library results must differ from the mma kernel's somewhere (else the library never ran).
+// The epilogue kernel's two forms give the same bits. The library results must differ from the mma kernel's somewhere (else the library never ran).
 TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
   DFLASH_REQUIRE_GPU();
   const DrafterConfig c = make_config(small_geometry(64));
@@ -345,6 +345,10 @@ TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
     CudaDrafter library_eager(c, w, s, eager), library_again(c, w, s, graphs);
     expect_bitwise_equal(all, run_script(library_eager, steps), what + "library: graphs vs eager");
     expect_bitwise_equal(all, run_script(library_again, steps), what + "library: run to run");
+    CudaOptions warp_epilogue = graphs;  // the library GEMMs' products finished one column per lane
+    warp_epilogue.kernels["gemm_epilogue"] = "warp";
+    CudaDrafter library_warp(c, w, s, warp_epilogue);
+    expect_bitwise_equal(all, run_script(library_warp, steps), what + "gemm_epilogue=warp vs vector");
     CudaDrafter mma(c, w, s, bitwise), mma_alone(c, w, s, bitwise), library_alone(c, w, s, graphs);
     const auto all_mma = run_script(mma, steps);
     expect_bitwise_equal(outputs_of(all_mma, 3), run_script(mma_alone, steps, false, 3), what + "gemm_m64=mma: alone vs batched");
@@ -502,7 +506,7 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA widths, the attention's P·V split and form (whole-window or split-KV) and
+  // The GEMM's CTA widths, the attention's P·V split, chunks per CTA and form (whole-window or split-KV) and
   // programmatic dependent launch change only how work is run: the drafter's outputs must be the
   // same bits as the default's, graphs on and off, in both modes. head_dim 64 and 128 (two P·V
   // passes: the split runs only there).
@@ -518,7 +522,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         const std::vector<std::pair<std::string, std::string>> levers = {
             {"gemm_cols", "32"}, {"gemm_cols", "64"},     {"gemm_cols", "96"},           {"gemm_cols", "128"},
             {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
-            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}};
+            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}, {"attention_chunks_per_cta", "1"},
+            {"attention_chunks_per_cta", "3"}};
         for (const auto& [stage, value] : levers) {
           CudaOptions o = defaults;
           o.kernels[stage] = value;
