@@ -328,29 +328,31 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   }
 }
 
-// Split-KV, walking: one CTA per (run of chunks_per_cta consecutive chunks, kv head, sequence)
-// computes each chunk's partials exactly as attention_mma_kernel does (chunk_partials), the chunks
-// streaming through two shared-memory buffers so that a chunk's page lookups and copies overlap the
-// previous chunk's math. Where one chunk per CTA would need more than one wave of CTAs, each CTA's
-// fixed costs (the first copies' latency, the query loads) then come once per run. Same bits.
+// Split-KV, walking: gridDim.z CTAs per (kv head, sequence) share the sequence's chunks in balanced
+// runs of consecutive chunks, split by the window of this propose (so a graph captured for the
+// drafter's longest window still spreads a short one over every CTA). Each computes its chunks'
+// partials exactly as attention_mma_kernel does (chunk_partials), the chunks streaming through two
+// shared-memory buffers so that a chunk's page lookups and copies overlap the previous chunk's math.
+// Where one CTA per chunk would need more than one wave of CTAs, each CTA's fixed costs (the first
+// copies' latency, the query loads) then come once per run. Same bits.
 template <int D>
 constexpr size_t walk_smem_bytes() {  // two buffers of one K and one V tile
   return 2 * mma_smem_bytes<D>();
 }
 
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(AttentionArgs a, int chunks_per_cta) {
+__global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(AttentionArgs a) {
   pdl_launch_dependents();
   constexpr uint32_t kTileBytes = kAttentionChunk * row_stride<D>() * 2;
   const int kv_head = blockIdx.x, b = blockIdx.y;
-  const int first_chunk = static_cast<int>(blockIdx.z) * chunks_per_cta;
   const SequenceWindow w = sequence_window(a, b);
   const int64_t total_keys = static_cast<int64_t>(w.length) + a.block_width;
-  const int chunks = static_cast<int>((total_keys + kAttentionChunk - 1) / kAttentionChunk);
-  // Past this sequence's window: exit without waiting. The run of chunk 0 always waits, so the
-  // grid still ends after the previous kernel.
-  if (first_chunk >= chunks) return;
-  const int steps = min(chunks_per_cta, chunks - first_chunk);
+  const int64_t chunks = (total_keys + kAttentionChunk - 1) / kAttentionChunk;
+  const int first_chunk = static_cast<int>(blockIdx.z * chunks / gridDim.z);
+  const int steps = static_cast<int>((blockIdx.z + 1) * chunks / gridDim.z) - first_chunk;
+  // An empty run (more CTAs than chunks): exit without waiting. The run of chunk 0 always waits,
+  // so the grid still ends after the previous kernel.
+  if (steps <= 0) return;
   const int group = a.num_heads / a.num_kv_heads;
   const QueryRows rows{b, kv_head, group, a.block_width * group};
   const int m_tiles = (rows.count + 15) / 16;
@@ -732,15 +734,17 @@ int prepare_walk() {
   return resident;
 }
 
-// Chunks per CTA of the split-KV form: the lever's count, else 1 where one CTA per chunk (over the
-// grid's max_chunks) fits in one wave, else the fewest that make the walking grid one wave.
+// CTAs per (kv head, sequence) of the walking split-KV kernel, or 0 for one CTA per chunk: the
+// lever's count, else 0 where one CTA per chunk (over the grid's max_chunks) fits in one wave, else
+// as many as one wave holds (at least 1).
 template <int D>
-int split_chunks_per_cta(const AttentionChoice& choice, const AttentionArgs& a) {
-  if (choice.chunks_per_cta > 0) return choice.chunks_per_cta;  // > 1 overrides a P·V split
-  if (attention_pass_ctas(choice.pass_ctas, D) > 1 || a.sm_count < 1) return 1;
-  const int64_t one_per_chunk = static_cast<int64_t>(a.num_kv_heads) * a.batch * a.max_chunks;
+int split_walk_ctas(const AttentionChoice& choice, const AttentionArgs& a) {
+  if (choice.walk_ctas != 0) return std::max(choice.walk_ctas, 0);  // > 0: the lever; -1: off
+  if (attention_pass_ctas(choice.pass_ctas, D) > 1 || a.sm_count < 1) return 0;
+  const int64_t pairs = static_cast<int64_t>(a.num_kv_heads) * a.batch;
   const int64_t wave = static_cast<int64_t>(a.sm_count) * prepare_walk<D>();
-  return one_per_chunk <= wave ? 1 : static_cast<int>((one_per_chunk + wave - 1) / wave);
+  if (pairs * a.max_chunks <= wave) return 0;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wave / pairs, a.max_chunks)));
 }
 
 template <int D>
@@ -750,13 +754,12 @@ void launch_mma(const AttentionChoice& choice, const AttentionArgs& a, cudaStrea
     throw internal_error("attention: grid too large (" + std::to_string(a.max_chunks) + " chunks, batch " +
                          std::to_string(a.batch) + ")");
   }
-  const int chunks_per_cta = split_chunks_per_cta<D>(choice, a);
-  if (chunks_per_cta > 1) {
+  const int walk_ctas = split_walk_ctas<D>(choice, a);
+  if (walk_ctas > 0) {
     prepare_walk<D>();
-    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch),
-                    static_cast<unsigned>((a.max_chunks + chunks_per_cta - 1) / chunks_per_cta));
+    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch), static_cast<unsigned>(walk_ctas));
     launch_kernel("attention_walk_kernel", attention_walk_kernel<D>, grid, dim3(kMmaThreads), walk_smem_bytes<D>(), stream,
-                  pdl, a, chunks_per_cta);
+                  pdl, a);
     return;
   }
   const int pass_ctas = choice.pass_ctas;
@@ -804,11 +807,11 @@ std::string AttentionChoice::name() const {
       const int ctas = attention_pass_ctas(pass_ctas, compiled_head_dim);
       // The walking kernel takes no P·V split; the split takes one chunk per CTA.
       std::string split = "split-KV";
-      if (chunks_per_cta > 1) {
-        split += ", " + std::to_string(chunks_per_cta) + " chunks per CTA";
+      if (walk_ctas > 0) {
+        split += ", runs of chunks over " + std::to_string(walk_ctas) + " CTAs per kv head and sequence";
       } else if (ctas > 1) {
         split += ", P·V passes over " + std::to_string(ctas) + " CTAs";
-      } else if (chunks_per_cta == 0) {
+      } else if (walk_ctas == 0) {
         split += ", runs of chunks per CTA past one wave";
       }
       const std::string form = whole_window == WholeWindow::kOn    ? "whole-window"

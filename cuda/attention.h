@@ -8,8 +8,9 @@
 // Kernels, chosen in ONE place (choose_attention_kernel):
 //  - tuned<D>, D in {64, 128, 256}: tensor cores over 64-key chunks, in one of two forms with the
 //    same bits (attention_tiles.cuh): split-KV (one CTA per chunk, kv head and sequence, or
-//    pass_ctas of them sharing the chunk's P·V passes, or one CTA walking a run of chunks where
-//    one per chunk would take more than a wave; then a combine kernel) or whole-window (one
+//    pass_ctas of them sharing the chunk's P·V passes, or a few CTAs per kv head and sequence
+//    walking runs of its chunks where one per chunk would take more than a wave; then a combine
+//    kernel) or whole-window (one
 //    CTA per kv head and sequence walks every chunk and folds them as the combine does: no
 //    partials in memory). The form follows the batch (attention_whole_window). The
 //    instantiation's compiled head_dim is part of the choice and checked against the config, so a
@@ -43,9 +44,10 @@ struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGeneric;
   int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
   int pass_ctas = 1;          // tuned split-KV: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
-  int chunks_per_cta = 0;     // tuned split-KV: chunks one CTA walks (attention_chunks_per_cta); 0 = auto
+  int walk_ctas = 0;          // tuned split-KV: CTAs per kv head and sequence walking runs of chunks
+                              // (attention_walk_ctas); 0 = auto, -1 = off (one CTA per chunk)
   WholeWindow whole_window = WholeWindow::kAuto;  // tuned: the form (attention_whole_window)
-  std::string name() const;   // e.g. "tuned-d128 (split-KV, 3 chunks per CTA; whole-window from 1024 warps)"
+  std::string name() const;   // e.g. "tuned-d128 (split-KV; whole-window from 1024 warps)"
 };
 
 // Whether a tuned propose runs whole-window (else split-KV and combine): batch sequences of

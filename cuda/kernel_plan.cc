@@ -74,7 +74,7 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
   KernelPlan plan;
   std::string attention = "auto";
   int attention_pass_ctas = AttentionChoice{}.pass_ctas;
-  int attention_chunks_per_cta = AttentionChoice{}.chunks_per_cta;
+  int attention_walk_ctas = AttentionChoice{}.walk_ctas;
   WholeWindow whole_window = WholeWindow::kAuto;
   for (const auto& [stage, value] : requested) {
     if (stage == "gemm") {
@@ -91,8 +91,8 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       attention = value;
     } else if (stage == "attention_pass_ctas") {
       attention_pass_ctas = parse_number(stage, value, {1, 2, 4}, AttentionChoice{}.pass_ctas, "a count");
-    } else if (stage == "attention_chunks_per_cta") {
-      attention_chunks_per_cta = parse_number(stage, value, {1, 2, 3, 4, 8, 16}, 0, "a count");
+    } else if (stage == "attention_walk_ctas") {
+      attention_walk_ctas = value == "off" ? -1 : parse_number(stage, value, {1, 2, 3, 4, 6, 8, 16}, 0, "a count or off");
     } else if (stage == "attention_whole_window") {
       whole_window = value == "auto" ? WholeWindow::kAuto
                                      : (parse_switch(stage, value, false) ? WholeWindow::kOn : WholeWindow::kOff);
@@ -122,13 +122,13 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
-                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_chunks_per_cta, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
+                      "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_walk_ctas, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
                       "gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
   plan.attention.pass_ctas = attention_pass_ctas;
-  plan.attention.chunks_per_cta = attention_chunks_per_cta;
+  plan.attention.walk_ctas = attention_walk_ctas;
   plan.attention.whole_window = whole_window;
   // The fused epilogues live in the mma kernel; the fallbacks run the same epilogue code as a
   // separate kernel, so fusion choices hold for every GEMM kernel.

@@ -14,9 +14,10 @@
 //   attention_pass_ctas  1 (default), 2, 4 (auto = 1): CTAs sharing each chunk of the tuned
 //                 attention, each with every n-th 64-column P·V pass (at most head_dim / 64; bits do
 //                 not change with it)
-//   attention_chunks_per_cta  auto (default: 1 while one CTA per 64-key chunk fits in one wave, else
-//                 the fewest that make the grid one wave), 1, 2, 3, 4, 8, 16: consecutive chunks one
-//                 split-KV CTA walks (bits do not change with it)
+//   attention_walk_ctas  auto (default: off while one CTA per 64-key chunk fits in one wave, else as
+//                 many CTAs per kv head and sequence as one wave holds), off, 1, 2, 3, 4, 6, 8, 16:
+//                 CTAs per kv head and sequence of the split-KV kernel that walks balanced runs of
+//                 the sequence's chunks (bits do not change with it)
 //   attention_whole_window  auto (default: from 1024 warps, one per 16 query rows of a sequence
 //                 and kv head), on, off: the tuned attention as one whole-window kernel instead of
 //                 split-KV and combine (bits do not change with it)

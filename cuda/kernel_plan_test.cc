@@ -111,16 +111,14 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
             "tuned-d128 (split-KV, P·V passes over 2 CTAs)");
   EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "2"}, {"attention_whole_window", "off"}}, 64).attention.name(),
             "tuned-d64 (split-KV, runs of chunks per CTA past one wave)");
-  // attention_chunks_per_cta: a count (1 is the one-chunk kernel), or auto; others refused by name.
-  EXPECT_EQ(d.attention.chunks_per_cta, 0);
-  EXPECT_EQ(resolve_kernel_plan({{"attention_chunks_per_cta", "3"}, {"attention_whole_window", "off"}}, 128).attention.name(),
-            "tuned-d128 (split-KV, 3 chunks per CTA)");
-  EXPECT_EQ(resolve_kernel_plan({{"attention_chunks_per_cta", "1"}, {"attention_whole_window", "off"}}, 128).attention.name(),
+  // attention_walk_ctas: a count, off (one CTA per chunk) or auto; others refused by name.
+  EXPECT_EQ(d.attention.walk_ctas, 0);
+  EXPECT_EQ(resolve_kernel_plan({{"attention_walk_ctas", "3"}, {"attention_whole_window", "off"}}, 128).attention.name(),
+            "tuned-d128 (split-KV, runs of chunks over 3 CTAs per kv head and sequence)");
+  EXPECT_EQ(resolve_kernel_plan({{"attention_walk_ctas", "off"}, {"attention_whole_window", "off"}}, 128).attention.name(),
             "tuned-d128 (split-KV)");
-  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_chunks_per_cta", "5"}}, 128); }),
-            "CUDA kernels: attention_chunks_per_cta=5 is not a count (auto, 1, 2, 3, 4, 8, 16)");
-  EXPECT_EQ(resolve_kernel_plan({{"attention_pass_ctas", "auto"}, {"attention_whole_window", "on"}}, 256).attention.name(),
-            "tuned-d256 (whole-window)");
+  EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"attention_walk_ctas", "5"}}, 128); }),
+            "CUDA kernels: attention_walk_ctas=5 is not a count or off (auto, 1, 2, 3, 4, 6, 8, 16)");
   // attention_whole_window: the form follows batch x kv heads under auto; on and off hold at every batch.
   const AttentionChoice automatic = d.attention;
   // Qwen3-8B (32 heads over 8, block 16: 4 m-tiles per pair): whole-window from batch 32 (1024 warps).
@@ -224,7 +222,7 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
                                                         {"ablate", "rmsnorm"}}) {
     EXPECT_EQ(harness_error_message([&] { resolve_kernel_plan({{stage, value}}, 128); }),
               "CUDA kernels: unknown stage '" + stage +
-                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_chunks_per_cta, attention_whole_window, "
+                  "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_walk_ctas, attention_whole_window, "
                   "rmsnorm, qk_norm_rope, "
                   "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
   }

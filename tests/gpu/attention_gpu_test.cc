@@ -122,7 +122,7 @@ void run_case(const Case& c) {
   // split-KV kernel are compared with it bit for bit below.
   AttentionChoice choice = choose_attention_kernel(c.kernel, d);
   choice.whole_window = WholeWindow::kOff;
-  choice.chunks_per_cta = 1;
+  choice.walk_ctas = -1;
   const int64_t ld_out = q_dim + 8;  // guard columns after every row
   const uint16_t sentinel = 0x7fc1;  // a NaN pattern nothing writes
   std::vector<uint16_t> out_init(static_cast<size_t>((rows + 1) * ld_out), sentinel);  // plus a guard row
@@ -177,12 +177,12 @@ void run_case(const Case& c) {
   };
   const std::vector<uint16_t> out = run_kernel(choice);
   ASSERT_FALSE(testing::Test::HasFailure());
-  // The tuned kernel's forms: split-KV (the choice above), split-KV walking 3 chunks per CTA, and
-  // whole-window (last).
+  // The tuned kernel's forms: split-KV (the choice above), split-KV walking runs of chunks over 3
+  // CTAs per kv head and sequence, and whole-window (last).
   std::vector<AttentionChoice> forms = {choice};
   if (choice.kernel == AttentionKernel::kTuned) {
     forms.push_back(choice);
-    forms.back().chunks_per_cta = 3;
+    forms.back().walk_ctas = 3;
     forms.push_back(choice);
     forms.back().whole_window = WholeWindow::kOn;
   }
@@ -200,14 +200,14 @@ void run_case(const Case& c) {
     }
   }
   if (choice.kernel == AttentionKernel::kTuned) {
-    // The P·V passes shared by 2 or 4 CTAs per chunk, runs of 2, 3 or 16 chunks walked by one CTA
-    // (and auto), and the whole-window form (the combine's operations in the combine's order, its
+    // The P·V passes shared by 2 or 4 CTAs per chunk, runs of chunks walked by 1, 2, 3 or 16 CTAs
+    // per kv head and sequence (16: empty runs for short windows) and auto, and the whole-window form (the combine's operations in the combine's order, its
     // own split of the work): every output element comes from the same operations, so the same
     // bits, guard bands included (checked before the bound).
     std::vector<AttentionChoice> same_bits = {forms.back()};
-    for (int chunks_per_cta : {0, 2, 3, 16}) {
+    for (int walk_ctas : {0, 1, 2, 3, 16}) {
       same_bits.push_back(choice);
-      same_bits.back().chunks_per_cta = chunks_per_cta;
+      same_bits.back().walk_ctas = walk_ctas;
     }
     for (int pass_ctas : {2, 4}) {
       if (attention_pass_ctas(pass_ctas, d) != pass_ctas) continue;  // fewer passes than CTAs: runs as fewer

@@ -506,7 +506,7 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA widths, the attention's P·V split, chunks per CTA and form (whole-window or split-KV) and
+  // The GEMM's CTA widths, the attention's P·V split, walking CTAs and form (whole-window or split-KV) and
   // programmatic dependent launch change only how work is run: the drafter's outputs must be the
   // same bits as the default's, graphs on and off, in both modes. head_dim 64 and 128 (two P·V
   // passes: the split runs only there).
@@ -522,8 +522,8 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         const std::vector<std::pair<std::string, std::string>> levers = {
             {"gemm_cols", "32"}, {"gemm_cols", "64"},     {"gemm_cols", "96"},           {"gemm_cols", "128"},
             {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
-            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}, {"attention_chunks_per_cta", "1"},
-            {"attention_chunks_per_cta", "3"}};
+            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}, {"attention_walk_ctas", "off"},
+            {"attention_walk_ctas", "3"}};
         for (const auto& [stage, value] : levers) {
           CudaOptions o = defaults;
           o.kernels[stage] = value;
