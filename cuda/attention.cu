@@ -808,7 +808,8 @@ std::string AttentionChoice::name() const {
       // The walking kernel takes no P·V split; the split takes one chunk per CTA.
       std::string split = "split-KV";
       if (walk_ctas > 0) {
-        split += ", runs of chunks over " + std::to_string(walk_ctas) + " CTAs per kv head and sequence";
+        split += ", runs of chunks over " + std::to_string(walk_ctas) + (walk_ctas == 1 ? " CTA" : " CTAs") +
+                 " per kv head and sequence";
       } else if (ctas > 1) {
         split += ", P·V passes over " + std::to_string(ctas) + " CTAs";
       } else if (walk_ctas == 0) {
