@@ -328,6 +328,27 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   }
 }
 
+// The two-buffer pipeline of the kernels that walk chunks (walking split-KV, whole-window): step s's
+// copies were issued during step s - 1 (the first step's before the loop), its page lookups two
+// steps ahead. stage(s, which) issues step s's copies, look_up(s) its lookups, math(s) its work.
+template <typename Stage, typename LookUp, typename Math>
+__device__ __forceinline__ void walk_steps(int steps, const Stage& stage, const LookUp& look_up, const Math& math) {
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<0>();
+    // The step's rows have landed for every thread and every warp is past the previous step: its
+    // buffer takes the next step's copies (they overlap this step's math), and the sources of
+    // this step, whose copies are all issued, give way to those of step + 2.
+    __syncthreads();
+    if (step + 1 < steps) {
+      stage(step + 1, StagedRows::kAll);
+      cp_async_commit();
+    }
+    math(step);
+    if (step + 2 < steps) look_up(step + 2);
+  }
+}
+
 // Split-KV, walking: gridDim.z CTAs per (kv head, sequence) share the sequence's chunks in balanced
 // runs of consecutive chunks, split by the window of this propose (so a graph captured for the
 // drafter's longest window still spreads a short one over every CTA). Each computes its chunks'
@@ -390,25 +411,14 @@ __global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(Attentio
   uint32_t qf[D / 16][4];
   if (warp < m_tiles) load_query_fragments<D>(qf, a, rows, warp, lane);
   const uint32_t k_lane = k_lane_offset<D>(lane), v_lane = v_lane_offset<D>(lane);
-#pragma unroll 1
-  for (int step = 0; step < steps; ++step) {
-    cp_async_wait<0>();
-    // The step's rows have landed for every thread and every warp is past the previous step: its
-    // buffer takes the next step's copies (they overlap this step's math), and the sources of
-    // this step, whose copies are all issued, give way to those of step + 2.
-    __syncthreads();
-    if (step + 1 < steps) {
-      stage(step + 1, StagedRows::kAll);
-      cp_async_commit();
-    }
+  walk_steps(steps, stage, look_up, [&](int step) {
     const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
     for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
       if (tile != warp || (step > 0 && m_tiles > kMmaWarps)) load_query_fragments<D>(qf, a, rows, tile, lane);
       chunk_partials<D>(a, rows, w.length, first_chunk + step, keys_of(step), tile, qf, k_tile + k_lane,
                         k_tile + kTileBytes + v_lane, 0, 1, lane);
     }
-    if (step + 2 < steps) look_up(step + 2);
-  }
+  });
 }
 
 // Whole-window: one CTA per (kv head, sequence) walks every chunk of the window twice. First S
@@ -523,20 +533,9 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
       }
     }
   };
-#pragma unroll 1
-  for (int step = 0; step < steps; ++step) {
-    cp_async_wait<0>();
-    // The step's rows have landed for every thread and every warp is past the previous step: its
-    // buffer takes the next step's copies (they overlap this step's math), and the sources of
-    // this step, whose copies are all issued, give way to those of step + 2.
-    __syncthreads();
-    if (step + 1 < steps) {
-      stage(step + 1, StagedRows::kAll);
-      cp_async_commit();
-    }
+  walk_steps(steps, stage, look_up, [&](int step) {
     if (has_tile) math(step);
-    if (step + 2 < steps) look_up(step + 2);
-  }
+  });
   if (!has_tile) return;
   // out = bf16(o / l): row g from elements 0, 1, row g + 8 from 2, 3.
 #pragma unroll
