@@ -62,12 +62,7 @@ std::vector<uint16_t> random_bits(size_t count, uint64_t seed, float range) {
   return bits;
 }
 
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& host) {
-  DeviceBuffer<T> d(host.size());
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
+using gpu_test::to_device;
 
 void run_case(const Case& c) {
   const int batch = static_cast<int>(c.window_length.size()), width = c.width, page = 16;
@@ -127,12 +122,13 @@ void run_case(const Case& c) {
   const uint16_t sentinel = 0x7fc1;  // a NaN pattern nothing writes
   std::vector<uint16_t> out_init(static_cast<size_t>((rows + 1) * ld_out), sentinel);  // plus a guard row
 
-  auto dk = upload(k_pool), dv = upload(v_pool), dq = upload(q), dkb = upload(k_block), dvb = upload(v_block);
-  auto dtables = upload(tables);
-  auto dbegin = upload(window_begin);
-  auto dlen = upload(window_length);
-  auto dfirst = upload(first_page);
-  auto dout = upload(out_init);
+  auto dk = to_device(k_pool), dv = to_device(v_pool), dq = to_device(q);
+  auto dkb = to_device(k_block), dvb = to_device(v_block);
+  auto dtables = to_device(tables);
+  auto dbegin = to_device(window_begin);
+  auto dlen = to_device(window_length);
+  auto dfirst = to_device(first_page);
+  auto dout = to_device(out_init);
   DeviceBuffer<float> partial(static_cast<size_t>(attention_partial_floats(batch, nh, width, max_chunks, d)));
   DeviceBuffer<float> max_sum(static_cast<size_t>(attention_partial_floats(batch, nh, width, max_chunks, 2)));
 

@@ -52,12 +52,7 @@ std::vector<Config> configs() {
   return {{"default theta 1e6, d 128", plain, 128}, {"YaRN x32 from 4096, d 64", yarn, 64}};
 }
 
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& host) {
-  DeviceBuffer<T> d(host.size());
-  DFLASH_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
+using gpu_test::to_device;
 
 // Runs the kernel on one q head and one kv head per position; counts outputs (q and k) whose
 // bits differ from the host's bf16(r·cos), bf16(r·sin).
@@ -73,8 +68,8 @@ int64_t count_mismatches(RowKernel kernel, const Config& c, const RopeTable& tab
     }
   }
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
-  DeviceBuffer<float> d_src = upload(src), d_norm = upload(ones), d_inv_freq = upload(device_inv_freq);
-  DeviceBuffer<int64_t> d_pos = upload(pos);
+  DeviceBuffer<float> d_src = to_device(src), d_norm = to_device(ones), d_inv_freq = to_device(device_inv_freq);
+  DeviceBuffer<int64_t> d_pos = to_device(pos);
   DeviceBuffer<uint16_t> q_out(static_cast<size_t>(rows * d)), k_out(static_cast<size_t>(rows * d)),
       v_out(static_cast<size_t>(rows * d));
   QkNormRopeArgs a;
