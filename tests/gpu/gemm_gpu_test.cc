@@ -142,6 +142,45 @@ std::vector<GemmKernel> kernels_for(WeightFormat format) {
   return kernels;
 }
 
+// Buffers for every epilogue at once on an m × n output (the residual starting from the first m·n
+// values of residual0), the GemmEpilogue that writes them all, and their bits after a run: out,
+// residual, SwiGLU, argmax values and indices, one word per element.
+struct AllEpilogues {
+  AllEpilogues(int64_t m, int64_t n, const std::vector<float>& residual0)
+      : n(n),
+        out(static_cast<size_t>(m * n)),
+        residual(gpu_test::to_device(std::vector<float>(residual0.begin(), residual0.begin() + m * n))),
+        values(static_cast<size_t>(m * argmax_blocks(n))),
+        indices(values.size()),
+        act(static_cast<size_t>(m * n / 2)) {}
+  GemmEpilogue epilogue() const {
+    GemmEpilogue ep;
+    ep.out = out.get();
+    ep.ld_out = n;
+    ep.residual = residual.get();
+    ep.ld_residual = n;
+    ep.swiglu_out = act.get();
+    ep.ld_swiglu = n / 2;
+    ep.argmax_value = values.get();
+    ep.argmax_index = indices.get();
+    ep.ld_argmax = argmax_blocks(n);
+    return ep;
+  }
+  std::vector<uint32_t> bits() const {
+    std::vector<uint32_t> bits;
+    for (float v : gpu_test::to_host(out)) bits.push_back(gpu_test::float_bits(v));
+    for (float v : gpu_test::to_host(residual)) bits.push_back(gpu_test::float_bits(v));
+    for (uint16_t v : gpu_test::to_host(act)) bits.push_back(v);
+    for (float v : gpu_test::to_host(values)) bits.push_back(gpu_test::float_bits(v));
+    for (int32_t v : gpu_test::to_host(indices)) bits.push_back(static_cast<uint32_t>(v));
+    return bits;
+  }
+  int64_t n;
+  DeviceBuffer<float> out, residual, values;
+  DeviceBuffer<int32_t> indices;
+  DeviceBuffer<uint16_t> act;
+};
+
 class GemmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -375,35 +414,10 @@ TEST_F(GemmTest, MmaCtaWidthsAndLayoutsChangeNoBit) {
           ctx_.mma_columns_m64 = columns_m64;
           ctx_.mma_columns = columns;
           ctx_.sm_count = sm_count;
-          DeviceBuffer<float> out(static_cast<size_t>(m * s.n)), residual(static_cast<size_t>(m * s.n)),
-              values(static_cast<size_t>(m * argmax_blocks(s.n)));
-          DeviceBuffer<int32_t> indices(values.size());
-          DeviceBuffer<uint16_t> act(static_cast<size_t>(m * s.n / 2));
-          EXPECT_EQ(cudaSuccess, cudaMemcpy(residual.get(), residual0.data(), residual.bytes(), cudaMemcpyHostToDevice));
-          GemmEpilogue ep;
-          ep.out = out.get();
-          ep.ld_out = s.n;
-          ep.residual = residual.get();
-          ep.ld_residual = s.n;
-          ep.swiglu_out = act.get();
-          ep.ld_swiglu = s.n / 2;
-          ep.argmax_value = values.get();
-          ep.argmax_index = indices.get();
-          ep.ld_argmax = argmax_blocks(s.n);
-          gemm(GemmKernel::kMma, ctx_, da.get(), pad_k(s.k), m, p.device.view(), ep);
+          AllEpilogues outs(m, s.n, residual0);
+          gemm(GemmKernel::kMma, ctx_, da.get(), pad_k(s.k), m, p.device.view(), outs.epilogue());
           EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
-          std::vector<uint32_t> bits;
-          auto append = [&bits](const void* device, size_t bytes) {
-            std::vector<uint32_t> host((bytes + 3) / 4, 0);
-            EXPECT_EQ(cudaSuccess, cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
-            bits.insert(bits.end(), host.begin(), host.end());
-          };
-          append(out.get(), out.bytes());
-          append(residual.get(), residual.bytes());
-          append(act.get(), act.bytes());
-          append(values.get(), values.bytes());
-          append(indices.get(), indices.bytes());
-          return bits;
+          return outs.bits();
         };
         const std::vector<uint32_t> narrow = outputs(32, 0);
         if (m > 16) {  // 64-row tiles: only gemm_cols_m64 shapes them (64 columns: E4M3 only, bf16 stays 32)
@@ -474,29 +488,10 @@ TEST_F(GemmTest, EpilogueFormsGiveTheSameBits) {
     w.bias = c.bias ? d_bias.get() : nullptr;
     auto outputs = [&](EpilogueKernel kernel, const std::vector<float>& products) {
       const DeviceBuffer<float> d_raw = gpu_test::to_device(products);
-      DeviceBuffer<float> out(static_cast<size_t>(c.m * c.n)), values(static_cast<size_t>(c.m * argmax_blocks(c.n)));
-      DeviceBuffer<float> residual = gpu_test::to_device(residual0);
-      DeviceBuffer<int32_t> indices(values.size());
-      DeviceBuffer<uint16_t> act(static_cast<size_t>(c.m * c.n / 2));
-      GemmEpilogue ep;
-      ep.out = out.get();
-      ep.ld_out = c.n;
-      ep.residual = residual.get();
-      ep.ld_residual = c.n;
-      ep.swiglu_out = act.get();
-      ep.ld_swiglu = c.n / 2;
-      ep.argmax_value = values.get();
-      ep.argmax_index = indices.get();
-      ep.ld_argmax = argmax_blocks(c.n);
-      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, ep, kernel);
+      AllEpilogues outs(c.m, c.n, residual0);
+      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, outs.epilogue(), kernel);
       EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
-      std::vector<uint32_t> bits;
-      for (float v : gpu_test::to_host(out)) bits.push_back(gpu_test::float_bits(v));
-      for (float v : gpu_test::to_host(residual)) bits.push_back(gpu_test::float_bits(v));
-      for (uint16_t v : gpu_test::to_host(act)) bits.push_back(v);
-      for (float v : gpu_test::to_host(values)) bits.push_back(gpu_test::float_bits(v));
-      for (int32_t v : gpu_test::to_host(indices)) bits.push_back(static_cast<uint32_t>(v));
-      return bits;
+      return outs.bits();
     };
     auto mismatches = [](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
       size_t count = 0;
