@@ -100,8 +100,9 @@ double propose_flops(const DrafterConfig& c, int batch, int width, int64_t conte
                 selector);
 }
 
-// profile_one: only the first batch size asked for (1 by default) at context 1024, and after its timing one more graph replay between
-// cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees exactly one timed forward.
+// profile_one: only the first batch size asked for (1 by default) at context 1024, and after its
+// timing one more graph replay between cudaProfilerStart/Stop, so `ncu --profile-from-start off`
+// sees exactly one timed forward.
 // without: kernel classes the timed graph leaves out (empty: the drafter's own graph).
 std::vector<Row> run(const DrafterConfig& config, const std::shared_ptr<const DrafterWeights>& weights, int block,
                      Precision precision, double bandwidth, double peak_flops, int replays, bool profile_one,
@@ -233,8 +234,8 @@ int main_impl(int argc, char** argv) {
   app.add_flag("!--no-nvfp4-head", nvfp4_head, "leave out the rows with the target's lm_head in NVFP4");
   bool profile_one = false;
   app.add_flag("--profile-one", profile_one,
-               "only the first --batches value (default 1), context 1024; bracket one extra graph replay with cudaProfilerStart/Stop "
-               "(for ncu --profile-from-start off)");
+               "only the first --batches value (default 1), context 1024; bracket one extra graph replay "
+               "with cudaProfilerStart/Stop (for ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
   const std::set<std::string> without = parse_kernel_classes(without_list);
 

@@ -738,10 +738,11 @@ int prepare_walk() {
 // as many as one wave holds (at least 1).
 template <int D>
 int split_walk_ctas(const AttentionChoice& choice, const AttentionArgs& a) {
+  const int resident = prepare_walk<D>();  // also opts the kernel into its shared memory
   if (choice.walk_ctas != 0) return std::max(choice.walk_ctas, 0);  // > 0: the lever; -1: off
   if (attention_pass_ctas(choice.pass_ctas, D) > 1 || a.sm_count < 1) return 0;
   const int64_t pairs = static_cast<int64_t>(a.num_kv_heads) * a.batch;
-  const int64_t wave = static_cast<int64_t>(a.sm_count) * prepare_walk<D>();
+  const int64_t wave = static_cast<int64_t>(a.sm_count) * resident;
   if (pairs * a.max_chunks <= wave) return 0;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wave / pairs, a.max_chunks)));
 }
@@ -755,14 +756,12 @@ void launch_mma(const AttentionChoice& choice, const AttentionArgs& a, cudaStrea
   }
   const int walk_ctas = split_walk_ctas<D>(choice, a);
   if (walk_ctas > 0) {
-    prepare_walk<D>();
     const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch), static_cast<unsigned>(walk_ctas));
     launch_kernel("attention_walk_kernel", attention_walk_kernel<D>, grid, dim3(kMmaThreads), walk_smem_bytes<D>(), stream,
                   pdl, a);
     return;
   }
-  const int pass_ctas = choice.pass_ctas;
-  const int ctas = attention_pass_ctas(pass_ctas, D);
+  const int ctas = attention_pass_ctas(choice.pass_ctas, D);
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * ctas), static_cast<unsigned>(a.batch),
                   static_cast<unsigned>(a.max_chunks));
   launch_kernel("attention_mma_kernel", attention_mma_kernel<D>, grid, dim3(kMmaThreads), mma_smem_bytes<D>(), stream, pdl, a,

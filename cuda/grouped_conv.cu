@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kConvWarps * 32) conv_finish_kernel(GroupedCon
 
 dim3 conv_grid(const GroupedConvArgs& a) {
   const int64_t ctas = static_cast<int64_t>(a.batch) * ((a.channels + kConvSlab - 1) / kConvSlab);
-  if (static_cast<int64_t>(a.batch) * a.channels > INT32_MAX || ctas > INT32_MAX) {  // 32-bit indices
+  if (static_cast<int64_t>(a.batch) * a.channels > INT32_MAX) {  // the kernels index in 32 bits (ctas <= this)
     throw internal_error("grouped conv: batch " + std::to_string(a.batch) + " x channels " + std::to_string(a.channels) +
                          " exceeds 32-bit thread indices");
   }
