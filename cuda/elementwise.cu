@@ -3,7 +3,9 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <string>
 
+#include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm_epilogue.cuh"
 #include "cuda/launch.cuh"
@@ -171,58 +173,105 @@ __device__ __forceinline__ const float* head_source(const QkNormRopeArgs& a, int
   return a.src + row * a.ld_src + col + static_cast<int64_t>(task.head) * a.head_dim;
 }
 
-// Normalized and rotated pair (j, j + d/2) of one head.
-__device__ __forceinline__ void rotate_pair(const QkNormRopeArgs& a, const float* norm_weight, float x1, float x2,
-                                            float r, int j, float position, float* o1, float* o2) {
-  const int half = a.head_dim / 2;
-  const float n1 = __fmul_rn(__fmul_rn(x1, r), norm_weight[j]);
-  const float n2 = __fmul_rn(__fmul_rn(x2, r), norm_weight[j + half]);
-  // core/rope.h's angle and cos/sin: one fp32 product, then cos and sin in double rounded once to
-  // fp32 (the nearest float unless the exact value lies within ~2^-28 ulp of a rounding midpoint).
+// RoPE's cos and sin of pair j at this position (core/rope.h): one fp32 product for the angle,
+// then cos and sin in double rounded once to fp32 (the nearest float unless the exact value lies
+// within ~2^-28 ulp of a rounding midpoint), each times the attention scaling.
+__device__ __forceinline__ void rope_cos_sin(const QkNormRopeArgs& a, int j, float position, float* c, float* s) {
   const float angle = __fmul_rn(position, a.inv_freq[j]);
   double sin_angle, cos_angle;
   sincos(static_cast<double>(angle), &sin_angle, &cos_angle);
-  const float c = __fmul_rn(__double2float_rn(cos_angle), a.attention_scaling);
-  const float s = __fmul_rn(__double2float_rn(sin_angle), a.attention_scaling);
+  *c = __fmul_rn(__double2float_rn(cos_angle), a.attention_scaling);
+  *s = __fmul_rn(__double2float_rn(sin_angle), a.attention_scaling);
+}
+
+// Normalized and rotated pair (j, j + d/2) of one head, given the pair's cos and sin.
+__device__ __forceinline__ void rotate_pair(const QkNormRopeArgs& a, const float* norm_weight, float x1, float x2,
+                                            float r, int j, float c, float s, float* o1, float* o2) {
+  const int half = a.head_dim / 2;
+  const float n1 = __fmul_rn(__fmul_rn(x1, r), norm_weight[j]);
+  const float n2 = __fmul_rn(__fmul_rn(x2, r), norm_weight[j + half]);
   *o1 = __fsub_rn(__fmul_rn(n1, c), __fmul_rn(n2, s));
   *o2 = __fadd_rn(__fmul_rn(n2, c), __fmul_rn(n1, s));
 }
 
-constexpr int kHeadWarps = 4;
+constexpr int kHeadWarps = 8;
+constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256 (checked at launch)
+constexpr int kTaskBatch = 3;        // a warp's heads whose loads are in flight together
 
-// One warp per (row, head).
-__global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
+// One CTA per (row, group of heads), a warp per head at a time. The CTA computes the row's cos and
+// sin once into shared memory (head_dim floats: cos of the pairs, then sin), before the PDL wait:
+// the positions are uploaded before the chain's first kernel. Each warp then loads up to
+// kTaskBatch heads at once (lane l: pairs l, l + 32, ...) and finishes them in turn; the sums of
+// squares and the rotations are the same operations in the same order for any grouping, so the
+// group size changes no bit.
+__global__ void __launch_bounds__(kHeadWarps * 32, 4) qk_norm_rope_kernel(QkNormRopeArgs a, int tasks_per_cta) {
+  extern __shared__ float cos_sin[];
   pdl_launch_dependents();
-  pdl_wait();
-  const int64_t row = blockIdx.x;
-  const int slot = blockIdx.y * kHeadWarps + (threadIdx.x >> 5);
-  if (slot >= total_head_tasks(a)) return;
-  const int lane = threadIdx.x & 31;
-  const HeadTask task = head_task(a, slot);
-  const float* x = head_source(a, row, task);
-  __nv_bfloat16* dst = head_destination(a, row, task);
-  if (task.kind == 2) {
-    for (int e = lane; e < a.head_dim; e += 32) dst[e] = __float2bfloat16_rn(x[e]);
-    return;
-  }
   const int half = a.head_dim / 2;
-  float ss = 0.0f;
-  for (int j = lane; j < half; j += 32) ss = fmaf(x[j + half], x[j + half], fmaf(x[j], x[j], ss));
-  for (int offset = 16; offset > 0; offset >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, offset));
-  const float r = inverse_rms(ss, a.head_dim, a.eps);
-  const float* w = task.kind == 0 ? a.q_norm : a.k_norm;
+  const int64_t row = blockIdx.x;
   const float position = __ll2float_rn(a.positions[row]);
-  DFLASH_DEVICE_MUTATE(kRopePairLayout, for (int j = lane; j < half; j += 32) {
-    float o1, o2;
-    rotate_pair(a, w, x[2 * j], x[2 * j + 1], r, j, position, &o1, &o2);
-    dst[2 * j] = __float2bfloat16_rn(o1);
-    dst[2 * j + 1] = __float2bfloat16_rn(o2);
-  } return);
-  for (int j = lane; j < half; j += 32) {
-    float o1, o2;
-    rotate_pair(a, w, x[j], x[j + half], r, j, position, &o1, &o2);
-    dst[j] = __float2bfloat16_rn(o1);
-    dst[j + half] = __float2bfloat16_rn(o2);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) rope_cos_sin(a, j, position, &cos_sin[j], &cos_sin[half + j]);
+  __syncthreads();
+  pdl_wait();
+  const int lane = threadIdx.x & 31;
+  const int first = blockIdx.y * tasks_per_cta;
+  const int end = min(first + tasks_per_cta, total_head_tasks(a));
+  for (int base = first + static_cast<int>(threadIdx.x >> 5); base < end; base += kHeadWarps * kTaskBatch) {
+    float x1[kTaskBatch][kMaxPairsPerLane], x2[kTaskBatch][kMaxPairsPerLane];
+#pragma unroll
+    for (int t = 0; t < kTaskBatch; ++t) {
+      const int slot = base + t * kHeadWarps;
+      if (slot >= end) break;
+      const HeadTask task = head_task(a, slot);
+      const float* x = head_source(a, row, task);
+#pragma unroll
+      for (int i = 0; i < kMaxPairsPerLane; ++i) {
+        const int j = lane + 32 * i;
+        int i1 = j, i2 = j + half;  // the pair's elements (Qwen3's rotate_half layout)
+        DFLASH_DEVICE_MUTATE(kRopePairLayout, if (task.kind != 2) { i1 = 2 * j; i2 = 2 * j + 1; });
+        if (j < half) {
+          x1[t][i] = x[i1];
+          x2[t][i] = x[i2];
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTaskBatch; ++t) {
+      const int slot = base + t * kHeadWarps;
+      if (slot >= end) break;
+      const HeadTask task = head_task(a, slot);
+      __nv_bfloat16* dst = head_destination(a, row, task);
+      if (task.kind == 2) {  // V: only rounded to bf16
+#pragma unroll
+        for (int i = 0; i < kMaxPairsPerLane; ++i) {
+          const int j = lane + 32 * i;
+          if (j < half) {
+            dst[j] = __float2bfloat16_rn(x1[t][i]);
+            dst[j + half] = __float2bfloat16_rn(x2[t][i]);
+          }
+        }
+        continue;
+      }
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxPairsPerLane; ++i) {
+        if (lane + 32 * i < half) ss = fmaf(x2[t][i], x2[t][i], fmaf(x1[t][i], x1[t][i], ss));
+      }
+      for (int offset = 16; offset > 0; offset >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, offset));
+      const float r = inverse_rms(ss, a.head_dim, a.eps);
+      const float* w = task.kind == 0 ? a.q_norm : a.k_norm;
+#pragma unroll
+      for (int i = 0; i < kMaxPairsPerLane; ++i) {
+        const int j = lane + 32 * i;
+        if (j >= half) continue;
+        int i1 = j, i2 = j + half;
+        DFLASH_DEVICE_MUTATE(kRopePairLayout, i1 = 2 * j; i2 = 2 * j + 1);
+        float o1, o2;
+        rotate_pair(a, w, x1[t][i], x2[t][i], r, j, cos_sin[j], cos_sin[half + j], &o1, &o2);
+        dst[i1] = __float2bfloat16_rn(o1);
+        dst[i2] = __float2bfloat16_rn(o2);
+      }
+    }
   }
 }
 
@@ -247,8 +296,9 @@ __global__ void qk_norm_rope_simple_kernel(QkNormRopeArgs a, int tasks) {
   const float* w = task.kind == 0 ? a.q_norm : a.k_norm;
   const float position = __ll2float_rn(a.positions[row]);
   for (int j = 0; j < half; ++j) {
-    float o1, o2;
-    rotate_pair(a, w, x[j], x[j + half], r, j, position, &o1, &o2);
+    float c, s, o1, o2;
+    rope_cos_sin(a, j, position, &c, &s);
+    rotate_pair(a, w, x[j], x[j + half], r, j, c, s, &o1, &o2);
     dst[j] = __float2bfloat16_rn(o1);
     dst[j + half] = __float2bfloat16_rn(o2);
   }
@@ -366,8 +416,17 @@ void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStrea
     launch_kernel("qk_norm_rope_simple_kernel", qk_norm_rope_simple_kernel, dim3(static_cast<unsigned>((threads + 127) / 128)),
                   dim3(128), 0, stream, pdl, args, tasks);
   } else {
-    const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>((tasks + kHeadWarps - 1) / kHeadWarps));
-    launch_kernel("qk_norm_rope_kernel", qk_norm_rope_kernel, grid, dim3(kHeadWarps * 32), 0, stream, pdl, args);
+    if (args.head_dim > 64 * kMaxPairsPerLane || args.head_dim % 2 != 0) {
+      throw internal_error("qk_norm_rope: head_dim " + std::to_string(args.head_dim) + " is odd or above " +
+                           std::to_string(64 * kMaxPairsPerLane));
+    }
+    // A CTA per kHeadWarps heads of a row; from 128 rows (batch 8 of a 16-wide block), where that
+    // fills the SMs several times, twice as many, so that each row's cos and sin are computed by
+    // fewer CTAs.
+    const int per_cta = args.rows >= 128 ? 2 * kHeadWarps : kHeadWarps;
+    const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>((tasks + per_cta - 1) / per_cta));
+    launch_kernel("qk_norm_rope_kernel", qk_norm_rope_kernel, grid, dim3(kHeadWarps * 32),
+                  static_cast<size_t>(args.head_dim) * sizeof(float), stream, pdl, args, per_cta);
   }
 }
 

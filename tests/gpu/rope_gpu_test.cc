@@ -8,7 +8,9 @@
 // division on both sides. Output j is then bf16(r·cos_j) and output j + d/2 is bf16(r·sin_j),
 // computed here from rope_cos_sin and compared bit for bit for q and k. At 128k one ulp of an
 // angle moves cos by up to 2^-7, far above a bf16 ulp, so a different angle formation shows; the
-// negative control moves one inv_freq entry by one ulp on the device and must be reported.
+// negative control moves one inv_freq entry by one ulp on the device and must be reported. Two
+// launch shapes: the positions once with one q head (a CTA per group of heads), and repeated to
+// 140+ rows with 13 q heads (a CTA per row, its warps looping over the row's heads).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,11 +30,19 @@
 namespace dflash {
 namespace {
 
-std::vector<int64_t> positions() {
+std::vector<int64_t> positions(int repeats) {
   std::vector<int64_t> p = {0, 1, 2, 3, 7, 511, 512, 4095, 4096, 4097, 32767, 32768, 65535, 65536, 131071, 131072};
   for (int64_t q = 997; q < 131072; q += 997 * 7) p.push_back(q);
-  return p;
+  std::vector<int64_t> all;
+  for (int i = 0; i < repeats; ++i) all.insert(all.end(), p.begin(), p.end());
+  return all;
 }
+
+struct Shape {
+  int repeats;  // of the position list
+  int q_heads;
+};
+constexpr Shape kShapes[] = {{1, 1}, {4, 13}};
 
 struct Config {
   const char* name;
@@ -54,31 +64,31 @@ std::vector<Config> configs() {
 
 using gpu_test::to_device;
 
-// Runs the kernel on one q head and one kv head per position; counts outputs (q and k) whose
-// bits differ from the host's bf16(r·cos), bf16(r·sin).
+// Runs the kernel on shape.q_heads q heads and one kv head per position; counts outputs (every q
+// head and k) whose bits differ from the host's bf16(r·cos), bf16(r·sin).
 int64_t count_mismatches(RowKernel kernel, const Config& c, const RopeTable& table, const std::vector<float>& device_inv_freq,
-                         std::string* first) {
-  const int d = c.head_dim, half = d / 2;
-  const std::vector<int64_t> pos = positions();
+                         Shape shape, std::string* first) {
+  const int d = c.head_dim, half = d / 2, hq = shape.q_heads, parts = hq + 2;
+  const std::vector<int64_t> pos = positions(shape.repeats);
   const int64_t rows = static_cast<int64_t>(pos.size());
-  std::vector<float> src(static_cast<size_t>(rows * 3 * d), 0.0f);  // q | k | v per row
+  std::vector<float> src(static_cast<size_t>(rows * parts * d), 0.0f);  // q heads | k | v per row
   for (int64_t r = 0; r < rows; ++r) {
-    for (int part = 0; part < 3; ++part) {
-      for (int j = 0; j < half; ++j) src[static_cast<size_t>(r * 3 * d + part * d + j)] = 1.0f;
+    for (int part = 0; part < parts; ++part) {
+      for (int j = 0; j < half; ++j) src[static_cast<size_t>((r * parts + part) * d + j)] = 1.0f;
     }
   }
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
   DeviceBuffer<float> d_src = to_device(src), d_norm = to_device(ones), d_inv_freq = to_device(device_inv_freq);
   DeviceBuffer<int64_t> d_pos = to_device(pos);
-  DeviceBuffer<uint16_t> q_out(static_cast<size_t>(rows * d)), k_out(static_cast<size_t>(rows * d)),
+  DeviceBuffer<uint16_t> q_out(static_cast<size_t>(rows * hq * d)), k_out(static_cast<size_t>(rows * d)),
       v_out(static_cast<size_t>(rows * d));
   QkNormRopeArgs a;
   a.src = d_src.get();
-  a.ld_src = 3 * d;
+  a.ld_src = parts * d;
   a.q_col = 0;
-  a.k_col = d;
-  a.v_col = 2 * d;
-  a.num_heads = 1;
+  a.k_col = hq * d;
+  a.v_col = (hq + 1) * d;
+  a.num_heads = hq;
   a.num_kv_heads = 1;
   a.head_dim = d;
   a.q_norm = d_norm.get();
@@ -88,14 +98,14 @@ int64_t count_mismatches(RowKernel kernel, const Config& c, const RopeTable& tab
   a.eps = 0.0f;
   a.positions = d_pos.get();
   a.q_out = q_out.get();
-  a.ld_q = d;
+  a.ld_q = hq * d;
   a.k_out = k_out.get();
   a.v_out = v_out.get();
   a.ld_kv = d;
   a.rows = rows;
   launch_qk_norm_rope(kernel, a, nullptr);
   DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> q(static_cast<size_t>(rows * d)), k(q.size());
+  std::vector<uint16_t> q(static_cast<size_t>(rows * hq * d)), k(static_cast<size_t>(rows * d));
   DFLASH_CUDA_CHECK(cudaMemcpy(q.data(), q_out.get(), q.size() * 2, cudaMemcpyDeviceToHost));
   DFLASH_CUDA_CHECK(cudaMemcpy(k.data(), k_out.get(), k.size() * 2, cudaMemcpyDeviceToHost));
 
@@ -107,13 +117,13 @@ int64_t count_mismatches(RowKernel kernel, const Config& c, const RopeTable& tab
     for (int j = 0; j < d; ++j) {
       const float want = j < half ? r * cs[static_cast<size_t>(j)] : r * sn[static_cast<size_t>(j - half)];
       const uint16_t bits = float_to_bf16_bits(round_to_bf16(want));
-      for (const std::vector<uint16_t>* out : {&q, &k}) {
-        const uint16_t got = (*out)[static_cast<size_t>(row * d + j)];
+      for (int head = 0; head <= hq; ++head) {  // q heads 0..hq-1, then k
+        const uint16_t got = head < hq ? q[static_cast<size_t>((row * hq + head) * d + j)] : k[static_cast<size_t>(row * d + j)];
         if (got == bits) continue;
         if (count++ == 0) {
-          *first = std::string(out == &q ? "q" : "k") + " position " + std::to_string(pos[static_cast<size_t>(row)]) +
-                   " element " + std::to_string(j) + ": got " + std::to_string(bf16_bits_to_float(got)) + ", expected " +
-                   std::to_string(bf16_bits_to_float(bits));
+          *first = (head < hq ? "q head " + std::to_string(head) : std::string("k")) + " position " +
+                   std::to_string(pos[static_cast<size_t>(row)]) + " element " + std::to_string(j) + ": got " +
+                   std::to_string(bf16_bits_to_float(got)) + ", expected " + std::to_string(bf16_bits_to_float(bits));
         }
       }
     }
@@ -126,19 +136,23 @@ TEST(RopeGpu, KernelsRotateByTheReferenceAnglesUpToPosition128k) {
   for (const Config& c : configs()) {
     const RopeTable table = make_rope_table(c.rope, c.head_dim);
     for (RowKernel kernel : {RowKernel::kTuned, RowKernel::kSimple}) {
-      const char* kernel_name = kernel == RowKernel::kTuned ? "tuned" : "simple";
-      std::string first;
-      const int64_t bad = count_mismatches(kernel, c, table, table.inv_freq, &first);
-      EXPECT_EQ(bad, 0) << c.name << ", " << kernel_name << ": " << first;
+      for (const Shape& shape : kShapes) {
+        const std::string what = std::string(c.name) + ", " + (kernel == RowKernel::kTuned ? "tuned" : "simple") + ", " +
+                                 std::to_string(positions(shape.repeats).size()) + " rows x " +
+                                 std::to_string(shape.q_heads) + " q heads";
+        std::string first;
+        const int64_t bad = count_mismatches(kernel, c, table, table.inv_freq, shape, &first);
+        EXPECT_EQ(bad, 0) << what << ": " << first;
 
-      // Negative control: inv_freq[0] (= 1) one ulp lower on the device only.
-      std::vector<float> nudged = table.inv_freq;
-      nudged[0] = std::nextafter(nudged[0], 0.0f);
-      std::string control_first;
-      const int64_t control = count_mismatches(kernel, c, table, nudged, &control_first);
-      EXPECT_GT(control, 0) << c.name << ", " << kernel_name << ": a one-ulp inv_freq change went unnoticed";
-      std::printf("[rope] %-26s %-6s positions to 131072: %lld outputs differ (0 expected); one-ulp inv_freq[0]: %lld differ\n",
-                  c.name, kernel_name, static_cast<long long>(bad), static_cast<long long>(control));
+        // Negative control: inv_freq[0] (= 1) one ulp lower on the device only.
+        std::vector<float> nudged = table.inv_freq;
+        nudged[0] = std::nextafter(nudged[0], 0.0f);
+        std::string control_first;
+        const int64_t control = count_mismatches(kernel, c, table, nudged, shape, &control_first);
+        EXPECT_GT(control, 0) << what << ": a one-ulp inv_freq change went unnoticed";
+        std::printf("[rope] %-52s positions to 131072: %lld outputs differ (0 expected); one-ulp inv_freq[0]: %lld differ\n",
+                    what.c_str(), static_cast<long long>(bad), static_cast<long long>(control));
+      }
     }
   }
 }
