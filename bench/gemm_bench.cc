@@ -59,6 +59,9 @@ int main_impl(int argc, char** argv) {
   std::vector<int64_t> candidate_ms = {64, 128, 512};
   app.add_option("--candidate-m", candidate_ms, "rows per launch of the CUTLASS GEMM (default 64 128 512)")
       ->check(CLI::Range(1, 4096));
+  std::vector<int> tile_rows = {128, 256};
+  app.add_option("--cutlass-tile-rows", tile_rows, "activation rows per CUTLASS tile, each timed (default 128 256)")
+      ->check(CLI::IsMember({128, 256}));
   bool hot = false;
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
@@ -232,32 +235,36 @@ int main_impl(int argc, char** argv) {
         for (int64_t m : candidate_ms) workspace_bytes = std::max(workspace_bytes, cutlass_mixed_workspace_bytes(m, s.n, s.k));
       }
       DeviceBuffer<uint8_t> workspace(workspace_bytes);
-      std::printf("| shape | n x k | format | m | median us | TFLOP/s | x bf16 peak | weight GB/s | x copy rate |\n"
-                  "|---|---|---|---|---|---|---|---|---|\n");
+      std::printf("| shape | n x k | format | m | tile rows | median us | TFLOP/s | x bf16 peak | weight GB/s "
+                  "| x copy rate |\n|---|---|---|---|---|---|---|---|---|---|\n");
       for (const Shape& s : shapes) {
         if (!only_shape.empty() && only_shape != s.name) continue;
         const int64_t bytes = s.n * s.k;
         const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
         for (int64_t m : candidate_ms) {
-          // One prepared launch per weight window: the timed loop only launches.
-          std::vector<CutlassMixedGemm> plans;
-          for (int64_t i = 0; i < windows; ++i) {
-            DeviceMatrixView w;
-            w.format = WeightFormat::kE4M3;
-            w.n = s.n;
-            w.k = s.k;
-            w.k_pad = s.k;
-            w.data = pool.get() + i * bytes;
-            w.scale = scale.get();
-            plans.emplace_back(cand_a.get(), max_k, m, w, cand_out.get(), s.n, workspace.get(), workspace.bytes(), stream);
+          for (int tile : tile_rows) {
+            // One prepared launch per weight window: the timed loop only launches.
+            std::vector<CutlassMixedGemm> plans;
+            for (int64_t i = 0; i < windows; ++i) {
+              DeviceMatrixView w;
+              w.format = WeightFormat::kE4M3;
+              w.n = s.n;
+              w.k = s.k;
+              w.k_pad = s.k;
+              w.data = pool.get() + i * bytes;
+              w.scale = scale.get();
+              plans.emplace_back(cand_a.get(), max_k, m, w, cand_out.get(), s.n, workspace.get(), workspace.bytes(),
+                                 stream, tile);
+            }
+            const double us = time_launches([&](int i) { plans[static_cast<size_t>(i % windows)].run(stream); });
+            const double flops =
+                2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (us * 1e-6);
+            const double rate = static_cast<double>(bytes) / (us * 1e-6);
+            std::printf("| %s | %lld x %lld | e4m3 x bf16 (cutlass) | %lld | %d | %.1f | %.0f | %.2f | %.0f | %.2f |\n",
+                        s.name, static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
+                        tile, us, flops / 1e12, flops / peak.bf16, rate / 1e9, bandwidth / rate);
+            std::fflush(stdout);
           }
-          const double us = time_launches([&](int i) { plans[static_cast<size_t>(i % windows)].run(stream); });
-          const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (us * 1e-6);
-          const double rate = static_cast<double>(bytes) / (us * 1e-6);
-          std::printf("| %s | %lld x %lld | e4m3 x bf16 (cutlass) | %lld | %.1f | %.0f | %.2f | %.0f | %.2f |\n", s.name,
-                      static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m), us,
-                      flops / 1e12, flops / peak.bf16, rate / 1e9, bandwidth / rate);
-          std::fflush(stdout);
         }
       }
     }

@@ -208,6 +208,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   gemm_ctx_.mma_columns_m64 = plan_.gemm_columns_m64;
   gemm_ctx_.sm_count = sm_count_;
   gemm_ctx_.epilogue_kernel = plan_.gemm_epilogue;
+  gemm_ctx_.cutlass_tile_rows = plan_.cutlass_tile_rows;
 
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);

@@ -43,6 +43,12 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
   return false;
 }
 
+int gemm_cutlass_tile_rows(int requested, int64_t m, int64_t n, int sm_count) {
+  if (requested != 0) return requested;
+  const int64_t wide_tiles = (n + 127) / 128 * ((m + 255) / 256);
+  return m > 128 && sm_count > 0 && wide_tiles >= 2 * static_cast<int64_t>(sm_count) ? 256 : 128;
+}
+
 namespace {
 
 // The fp32 scratch a kernel that finishes in the epilogue kernel writes its m × n products to.
@@ -58,9 +64,23 @@ float* raw_scratch(GemmKernel kernel, const GemmContext& ctx, int64_t m, int64_t
 // value gets the mma kernel's fp32 operations in the same order. CUTLASS also scales (its epilogue
 // multiplies as ours does); cuBLASLt reads E4M3 weights through unscaled bf16 copies. A product
 // that is already final (scaled, no bias) and only stored goes straight to the output, and the
-// argmax partials, if asked, are then read from there.
+// argmax partials, if asked, are then read from there. Where the epilogue only adds to the
+// residual, the library adds it itself, with the same roundings (CUTLASS: the scaled product, then
+// the add; cuBLASLt, bf16 weights: beta = 1 where k is not split).
 void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
                   const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  const bool residual_only = epilogue.residual != nullptr && epilogue.out == nullptr &&
+                             epilogue.swiglu_out == nullptr && epilogue.argmax_value == nullptr && w.bias == nullptr;
+  if (residual_only && kernel == GemmKernel::kCutlass) {
+    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, w, epilogue.residual, epilogue.ld_residual, ctx.cutlass_workspace,
+                              ctx.cutlass_workspace_bytes, epilogue.residual,
+                              gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
+    return;
+  }
+  if (residual_only && kernel == GemmKernel::kCublasLt && w.format == WeightFormat::kBf16 &&
+      cublaslt_matmul_add(ctx, a, lda, m, w, epilogue.residual, epilogue.ld_residual)) {
+    return;
+  }
   const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
   const bool direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr &&
                       epilogue.swiglu_out == nullptr && w.bias == nullptr;
@@ -70,7 +90,8 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
     DeviceMatrixView unbiased = w;
     unbiased.bias = nullptr;  // added by the epilogue kernel
     launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product, ld_product, ctx.cutlass_workspace,
-                              ctx.cutlass_workspace_bytes);
+                              ctx.cutlass_workspace_bytes, nullptr,
+                              gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
   } else {
     cublaslt_matmul(ctx, a, lda, m, w, product, ld_product);
   }
@@ -79,7 +100,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
   if (kernel == GemmKernel::kCutlass) finish.scale = nullptr;  // applied
   GemmEpilogue rest = epilogue;
   if (direct) rest.out = nullptr;  // written
-  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel);
+  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
 }
 
 }  // namespace
@@ -100,7 +121,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
   }
   float* raw = raw_scratch(kernel, ctx, m, w.n);
   launch_gemm_simple(ctx.stream, a, lda, m, w, raw);
-  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel);
+  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel, ctx.pdl);
 }
 
 }  // namespace dflash

@@ -83,6 +83,7 @@ struct GemmContext {
   int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
   int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by shape (gemm_mma_columns_m64)
   EpilogueKernel epilogue_kernel = EpilogueKernel::kVector;
+  int cutlass_tile_rows = 0;  // kCutlass: activation rows per tile, 128 or 256; 0 = by shape (gemm_cutlass_tile_rows)
   int sm_count = 0;     // the device's SMs: for mma_columns = 0 and the m <= 16 kernel's solo layout
   bool pdl = false;     // launch with programmatic dependent launch (cuda/launch.cuh)
 };
@@ -93,6 +94,14 @@ struct GemmContext {
 // of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The
 // width never changes any element's reduction order (bits are equal).
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
+
+// The activation rows per tile of the kCutlass GEMM for m rows of an [n, *] weight: the requested
+// 128 or 256, or with requested = 0 256 where m > 128 (up to 256 rows, one wide tile wastes no more
+// than two of 128) and its tiles (128 weight rows × 256) still number at least two per SM, else
+// 128. Wider tiles convert each E4M3 weight tile once for twice the products (lm_head and gate|up at
+// m = 512: 11-15 % faster), but leave SMs idle where they are few (o and down at m = 512: 7-24 %
+// slower; docs/benchmarks.md).
+int gemm_cutlass_tile_rows(int requested, int64_t m, int64_t n, int sm_count);
 
 // The CTA width of the kMma kernel's 64-row tiles (m > 16), for m rows of an [n, *] weight. bf16
 // weights: always 32 (two ring stages of 64 bf16 columns do not fit in shared memory). E4M3: the
@@ -122,12 +131,18 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);
 // Applies scale, bias and the epilogue to raw[m, n] (leading dimension ld_raw >= n). kVector runs
-// the warp form where n, a leading dimension or a pointer is not aligned to four floats.
+// the warp form where n, a leading dimension or a pointer is not aligned to four floats. pdl: with
+// programmatic dependent launch (cuda/launch.cuh).
 void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
-                          const GemmEpilogue& epilogue, EpilogueKernel kernel);
+                          const GemmEpilogue& epilogue, EpilogueKernel kernel, bool pdl = false);
 // raw[m, n] = A·Wᵀ through cuBLASLt (bf16 weights, or the decoded copy of E4M3 ones).
 void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                      float* raw, int64_t ld_raw);
+// inout[m, n] += A·Wᵀ through cuBLASLt (bf16 weights; beta = 1, in place): fp32(acc + inout), the
+// fallbacks' residual add. Returns false, launching nothing, when the algorithm cuBLASLt picks
+// splits k (its partial sums could meet C in another order).
+bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                         float* inout, int64_t ld);
 // raw[m, n] = A·Wᵀ through cuBLASLt with E4M3 activations too (W8A8, per-tensor scales of 1):
 // no mode of the drafter uses it; the benchmarks measure the E4M3 tensor-core peak with it.
 // kUnsupported when cuBLASLt has no algorithm for the shape.

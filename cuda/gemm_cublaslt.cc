@@ -97,6 +97,28 @@ void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
                                    ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
 }
 
+bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                         float* inout, int64_t ld) {
+  if (w.format != WeightFormat::kBf16) throw internal_error("cublaslt_matmul_add: the weight is not bf16");
+  LtDescriptors d(m, w.n, w.k, lda, w.k_pad, ld);
+  cublasLtMatmulAlgo_t algo;
+  if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
+    throw unsupported("cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(w.n) + ", k " +
+                      std::to_string(w.k));
+  }
+  // A split k range may add C to one partial sum before the others: only unsplit algorithms
+  // give exactly fp32(acc + C).
+  int32_t splits = 1;
+  size_t written = 0;
+  DFLASH_CUDA_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+                                                         &written));
+  if (splits > 1) return false;
+  const float alpha = 1.0f, beta = 1.0f;
+  DFLASH_CUDA_CHECK(cublasLtMatmul(ctx.lt, d.op_, &alpha, w.data, d.w_, a, d.a_, &beta, inout, d.c_, inout, d.c_, &algo,
+                                   ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
+  return true;
+}
+
 void cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                           float* raw, int64_t ld_raw) {
   if (w.format != WeightFormat::kE4M3) throw internal_error("cublaslt_matmul_e4m3: the weight is not E4M3");

@@ -3,13 +3,17 @@
 // D[n, m] = W[n, k]·Aᵀ with W (E4M3, K-major: row-major) as A, the activations (K-major: a
 // column-major k × m matrix) as B, and D column-major with leading dimension ld_out, which is
 // out[m, ld_out] row-major. The per-weight-row scale is then a per-row vector of D, broadcast by
-// the epilogue. One kernel configuration (compile time): 128 × 128 × 64 tiles, the cooperative
+// the epilogue, which may also add a source matrix C (the residual stream, in place). One kernel
+// configuration (compile time) apart from that: 128 × 128 × 64 tiles, the cooperative
 // warp-specialized schedule, no clusters, and the stream-K tile scheduler: when the output tiles
 // alone leave SMs idle (CUTLASS's heuristic, from the tile count and k), the k range of some
 // tiles is split over CTAs and reduced in a fixed (turnstile) order, so a shape gives the same
 // bits run to run, but the split, and so the order, may change with m. (Persistent data-parallel
 // tiles, m-invariant, were up to 2.1x slower at m = 64-128: docs/benchmarks.md.)
 #include "cuda/gemm_cutlass_mixed.h"
+
+#include <algorithm>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -28,38 +32,56 @@ namespace {
 
 namespace fusion = cutlass::epilogue::fusion;
 
-using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+// 128 weight rows × kTileN activation rows × 64 k per tile.
+template <int kTileN>
+using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::_64>;
 using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
 constexpr int kAlignWeight = 16;      // elements per 16-byte TMA access: E4M3
 constexpr int kAlignActivation = 8;   // bf16
 constexpr int kAlignOut = 4;          // fp32
 
 // D = scale[row of D] · acc in fp32, rounded to nearest: the fallbacks' epilogue multiplies alike.
+template <typename Tile>
 using ScaleByRow = fusion::Sm90EVT<
     fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
-    fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, kAlignOut>,
+    fusion::Sm90ColBroadcast<0, Tile, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, kAlignOut>,
     fusion::Sm90AccFetch>;
+// D = C + scale[row of D] · acc: the product rounded as above, then the source added and rounded,
+// the fallbacks' residual_sum (the file is compiled without FMA contraction, so the two stay two).
+template <typename Tile>
+using ScaleByRowPlusSource =
+    fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
+                    ScaleByRow<Tile>, fusion::Sm90SrcFetch<float>>;
 
-// No source matrix C (void): the output is only stored.
-using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlignOut, float,
-    cutlass::layout::ColumnMajor, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative, ScaleByRow>::CollectiveOp;
+// One GEMM configuration: with a source matrix C or without (ElementC void: the output is only
+// stored), and the tile's activation rows.
+template <bool kSource, int kTileN>
+struct Config {
+  static constexpr bool kWithSource = kSource;
+  using Tile = TileShape<kTileN>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, std::conditional_t<kSource, float, void>,
+      cutlass::layout::ColumnMajor, kAlignOut, float, cutlass::layout::ColumnMajor, kAlignOut,
+      cutlass::epilogue::TmaWarpSpecializedCooperative,
+      std::conditional_t<kSource, ScaleByRowPlusSource<Tile>, ScaleByRow<Tile>>>::CollectiveOp;
 
-using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t, cutlass::layout::RowMajor, kAlignWeight,
-    cutlass::bfloat16_t, cutlass::layout::ColumnMajor, kAlignActivation, float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::float_e4m3_t, cutlass::layout::RowMajor,
+      kAlignWeight, cutlass::bfloat16_t, cutlass::layout::ColumnMajor, kAlignActivation, float, Tile, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
-using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                    cutlass::gemm::StreamKScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::StreamKScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Every argument the kernel relies on, checked on the host; the message names the field.
-void check_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out) {
+void check_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
+                     const float* source) {
   const std::string what = "cutlass mixed GEMM: ";
   if (w.format != WeightFormat::kE4M3 || w.data == nullptr || w.scale == nullptr) {
     throw bad_input(what + "the weight must be E4M3 codes with per-row scales");
@@ -81,29 +103,38 @@ void check_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatr
     throw bad_input(what + "ld_out " + std::to_string(ld_out) + " is below n " + std::to_string(w.n) +
                     " or not a multiple of 4");
   }
-  if (!aligned16(a) || !aligned16(w.data) || !aligned16(w.scale) || !aligned16(out)) {
-    throw bad_input(what + "activations, weight, scales and output must be 16-byte aligned");
+  if (!aligned16(a) || !aligned16(w.data) || !aligned16(w.scale) || !aligned16(out) || !aligned16(source)) {
+    throw bad_input(what + "activations, weight, scales, output and source must be 16-byte aligned");
   }
 }
 
-typename Gemm::Arguments make_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                                        float* out, int64_t ld_out) {
+// source: null (no C) or the [m, ld_out] matrix added to the product (C::kWithSource; may be out).
+template <typename C>
+typename C::Gemm::Arguments make_arguments(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                                           float* out, int64_t ld_out, const float* source) {
+  using Kernel = typename C::Kernel;
   typename Kernel::StrideA stride_w{};
   cute::get<0>(stride_w) = w.k_pad;
   typename Kernel::StrideB stride_a{};
   cute::get<0>(stride_a) = lda;
   typename Kernel::StrideD stride_out{};
   cute::get<1>(stride_out) = ld_out;
-  typename Gemm::Arguments args{};
+  typename C::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {static_cast<int>(w.n), static_cast<int>(m), static_cast<int>(w.k_pad), 1};
   args.mainloop.ptr_A = static_cast<const cutlass::float_e4m3_t*>(w.data);
   args.mainloop.dA = stride_w;
   args.mainloop.ptr_B = reinterpret_cast<const cutlass::bfloat16_t*>(a);
   args.mainloop.dB = stride_a;
-  // The tree's arguments: {scale broadcast, accumulator fetch, multiply}.
-  args.epilogue.thread = {{w.scale, 0.0f, {}}, {}, {}};
-  args.epilogue.ptr_C = nullptr;
+  // The tree's arguments: {scale broadcast, accumulator fetch, multiply}, inside {that, source, add}.
+  if constexpr (C::kWithSource) {
+    args.epilogue.thread = {{{w.scale, 0.0f, {}}, {}, {}}, {}, {}};
+    args.epilogue.ptr_C = source;
+    args.epilogue.dC = stride_out;
+  } else {
+    args.epilogue.thread = {{w.scale, 0.0f, {}}, {}, {}};
+    args.epilogue.ptr_C = nullptr;
+  }
   args.epilogue.ptr_D = out;
   args.epilogue.dD = stride_out;
   int device = 0;
@@ -138,21 +169,28 @@ size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad) {
   DeviceMatrixView w;
   w.n = n;
   w.k_pad = k_pad;
-  return Gemm::get_workspace_size(make_arguments(nullptr, k_pad, m, w, nullptr, n));
+  auto bytes = [&](auto config) {
+    using C = decltype(config);
+    return C::Gemm::get_workspace_size(make_arguments<C>(nullptr, k_pad, m, w, nullptr, n, nullptr));
+  };
+  return std::max({bytes(Config<false, 128>{}), bytes(Config<true, 128>{}), bytes(Config<false, 256>{}),
+                   bytes(Config<true, 256>{})});
 }
 
 namespace {
 
 // A prepared launch: the arguments and CUTLASS's parameters (the TMA descriptors).
+template <typename C>
 struct Prepared {
+  using Gemm = typename C::Gemm;
   Gemm gemm;
   typename Gemm::Arguments args;
   void* workspace = nullptr;
 
   void prepare(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
-               void* workspace_in, size_t workspace_bytes, cudaStream_t stream) {
-    check_arguments(a, lda, m, w, out, ld_out);  // before the device is touched
-    args = make_arguments(a, lda, m, w, out, ld_out);
+               const float* source, void* workspace_in, size_t workspace_bytes, cudaStream_t stream) {
+    check_arguments(a, lda, m, w, out, ld_out, source);  // before the device is touched
+    args = make_arguments<C>(a, lda, m, w, out, ld_out, source);
     workspace = workspace_in;
     const size_t needed = Gemm::get_workspace_size(args);
     if (needed > workspace_bytes) {
@@ -182,33 +220,71 @@ struct Prepared {
   }
 };
 
+void check_tile_rows(int tile_rows) {
+  if (tile_rows != 128 && tile_rows != 256) {
+    throw bad_input("cutlass mixed GEMM: tile rows " + std::to_string(tile_rows) + " (128 or 256)");
+  }
+}
+
 }  // namespace
 
 struct CutlassMixedGemm::Impl {
-  Prepared prepared;
+  Prepared<Config<false, 128>> narrow;
+  Prepared<Config<false, 256>> wide;
+  bool use_wide = false;
 };
 
 CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
-                                   int64_t ld_out, void* workspace, size_t workspace_bytes, cudaStream_t stream)
+                                   int64_t ld_out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                   int tile_rows)
     : impl_(std::make_unique<Impl>()) {
   std::string why;
   if (!cutlass_mixed_supported(&why)) throw unsupported(why);
-  impl_->prepared.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);
+  check_tile_rows(tile_rows);
+  impl_->use_wide = tile_rows == 256;
+  if (impl_->use_wide) {
+    impl_->wide.prepare(a, lda, m, w, out, ld_out, nullptr, workspace, workspace_bytes, stream);
+  } else {
+    impl_->narrow.prepare(a, lda, m, w, out, ld_out, nullptr, workspace, workspace_bytes, stream);
+  }
 }
 
 CutlassMixedGemm::~CutlassMixedGemm() = default;
 CutlassMixedGemm::CutlassMixedGemm(CutlassMixedGemm&&) noexcept = default;
 CutlassMixedGemm& CutlassMixedGemm::operator=(CutlassMixedGemm&&) noexcept = default;
 
-void CutlassMixedGemm::run(cudaStream_t stream) { impl_->prepared.run(stream, true); }
+void CutlassMixedGemm::run(cudaStream_t stream) {
+  if (impl_->use_wide) {
+    impl_->wide.run(stream, true);
+  } else {
+    impl_->narrow.run(stream, true);
+  }
+}
+
+namespace {
+template <typename C>
+void prepare_and_run(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                     float* out, int64_t ld_out, void* workspace, size_t workspace_bytes, const float* source) {
+  // Prepared on the stream, which clears the workspace: the launch needs no second clear.
+  Prepared<C> p;
+  p.prepare(a, lda, m, w, out, ld_out, source, workspace, workspace_bytes, stream);
+  p.run(stream, false);
+}
+}  // namespace
 
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
-                               size_t workspace_bytes) {
-  // Prepared on the stream, which clears the workspace: the launch needs no second clear.
-  Prepared p;
-  p.prepare(a, lda, m, w, out, ld_out, workspace, workspace_bytes, stream);
-  p.run(stream, false);
+                               size_t workspace_bytes, const float* source, int tile_rows) {
+  check_tile_rows(tile_rows);
+  if (source != nullptr && tile_rows == 256) {
+    prepare_and_run<Config<true, 256>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, source);
+  } else if (source != nullptr) {
+    prepare_and_run<Config<true, 128>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, source);
+  } else if (tile_rows == 256) {
+    prepare_and_run<Config<false, 256>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, nullptr);
+  } else {
+    prepare_and_run<Config<false, 128>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, nullptr);
+  }
 }
 
 }  // namespace dflash

@@ -2,7 +2,7 @@
 // cuda/gemm.h; bench/gemm_bench.cc times it, tests/gpu/gemm_cutlass_mixed_gpu_test.cc checks it
 // against the plain fallback): E4M3 weights × bf16 activations through CUTLASS's mixed-input
 // Hopper collective (TMA loads, the E4M3 codes converted to bf16 in registers, wgmma with fp32
-// accumulation), and out = acc · scale[col] in the epilogue, tiles spread by stream-K (a shape's
+// accumulation), and out = acc · scale[col] (+ a source) in the epilogue, tiles spread by stream-K (a shape's
 // bits are the same run to run, but may change with m). Built for sm_90a only.
 #pragma once
 #include <cstddef>
@@ -30,10 +30,12 @@ size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad);
 // multiple of 4; every pointer 16-byte aligned; the workspace at least cutlass_mixed_workspace_bytes.
 // Anything else is refused (kBadInput) before the device is touched. Stream-K clears its
 // workspace on `stream` first. The caller has asked cutlass_mixed_supported once (the drafter at
-// construction): on another device the launch fails with the CUDA error.
+// construction): on another device the launch fails with the CUDA error. With a source (fp32
+// [m, ld_out], 16-byte aligned; it may be out itself) the epilogue adds it to the scaled product,
+// rounding each of the two operations (as the fallbacks' residual epilogue).
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
-                               size_t workspace_bytes);
+                               size_t workspace_bytes, const float* source = nullptr, int tile_rows = 128);
 
 // The same launch prepared once: the arguments checked (as above) and CUTLASS's parameters (the
 // TMA descriptors) built at construction, so that run() only clears the workspace (stream-K) and
@@ -42,7 +44,7 @@ void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t l
 class CutlassMixedGemm {
  public:
   CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream, int tile_rows = 128);
   ~CutlassMixedGemm();
   CutlassMixedGemm(CutlassMixedGemm&&) noexcept;
   CutlassMixedGemm& operator=(CutlassMixedGemm&&) noexcept;

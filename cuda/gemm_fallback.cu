@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_epilogue.cuh"
+#include "cuda/launch.cuh"
 
 namespace dflash {
 namespace {
@@ -52,6 +53,8 @@ constexpr int kEpilogueBlocksPerWarp = 8;
 // gets the same operations whichever warp runs it.
 __global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(const float* raw, int64_t ld_raw,
                                                                              EpilogueArgs args) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.y;
   const int64_t first_block =
       (static_cast<int64_t>(blockIdx.x) * kEpilogueWarps + threadIdx.x / 32) * kEpilogueBlocksPerWarp;
@@ -70,15 +73,18 @@ __global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(cons
   }
 }
 
-// The vector form: lane l of a warp holds columns 4l..4l+3 of a 128-column segment of one row (16-byte
-// loads and stores). Each thread finishes its four values with the warp form's operations; the
-// SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best, a
-// thread's four values first, then three xor shuffles (argmax_better is a total order, so every
-// tree picks the warp form's winner). Each warp takes kVectorSegments consecutive segments, their
-// loads issued together. Needs n, every leading dimension and base pointer aligned to four floats
-// (vector_epilogue_fits).
+// The vector form: lane l of a warp holds columns 4l..4l+3 of a 128-column segment of one row
+// (16-byte loads and stores). Each thread finishes its four values with the warp form's operations;
+// the SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best,
+// a thread's four values first, then three xor shuffles (argmax_better is a total order, so every
+// tree picks the warp form's winner). Each warp takes kSegments consecutive segments, their loads
+// issued together and their shuffle rounds interleaved. Needs n, every leading dimension and base
+// pointer aligned to four floats (vector_epilogue_fits). kAccOnly: no scale, bias or residual to
+// read (the libraries' scaled products, finished by SwiGLU or the argmax partials): with only the
+// products held in registers, twice the segments' loads are in flight.
 constexpr int kVectorWarps = 8;
 constexpr int kVectorSegments = 4;
+constexpr int kVectorSegmentsAccOnly = 8;
 constexpr int kVectorColumns = 128;  // per segment: 32 lanes x 4
 
 __device__ __forceinline__ void argmax4(const float (&v)[4], int64_t col0, int64_t n, float& best, int& index) {
@@ -93,41 +99,55 @@ __device__ __forceinline__ void argmax4(const float (&v)[4], int64_t col0, int64
   }
 }
 
+template <int kSegments, bool kAccOnly>
 __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel(const float* raw, int64_t ld_raw,
                                                                                  EpilogueArgs e) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.y;
   const int lane = threadIdx.x & 31;
-  const int64_t first_segment = (static_cast<int64_t>(blockIdx.x) * kVectorWarps + threadIdx.x / 32) * kVectorSegments;
-  float4 acc[kVectorSegments], scale[kVectorSegments], bias[kVectorSegments], residual[kVectorSegments];
+  const int64_t first_segment = (static_cast<int64_t>(blockIdx.x) * kVectorWarps + threadIdx.x / 32) * kSegments;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+  float4 acc[kSegments], scale[kAccOnly ? 1 : kSegments], bias[kAccOnly ? 1 : kSegments],
+      residual[kAccOnly ? 1 : kSegments];
 #pragma unroll
-  for (int s = 0; s < kVectorSegments; ++s) {
+  for (int s = 0; s < kSegments; ++s) {
     const int64_t col = (first_segment + s) * kVectorColumns + 4 * lane;
     const bool valid = col < e.n;  // n is a multiple of 4: all four columns or none
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
     acc[s] = valid ? *reinterpret_cast<const float4*>(raw + row * ld_raw + col) : zero;
-    scale[s] = valid && e.scale != nullptr ? *reinterpret_cast<const float4*>(e.scale + col) : one;
-    bias[s] = valid && e.bias != nullptr ? *reinterpret_cast<const float4*>(e.bias + col) : zero;
-    residual[s] = valid && e.ep.residual != nullptr
-                      ? *reinterpret_cast<const float4*>(e.ep.residual + row * e.ep.ld_residual + col)
-                      : zero;
+    if constexpr (!kAccOnly) {
+      scale[s] = valid && e.scale != nullptr ? *reinterpret_cast<const float4*>(e.scale + col) : one;
+      bias[s] = valid && e.bias != nullptr ? *reinterpret_cast<const float4*>(e.bias + col) : zero;
+      residual[s] = valid && e.ep.residual != nullptr
+                        ? *reinterpret_cast<const float4*>(e.ep.residual + row * e.ep.ld_residual + col)
+                        : zero;
+    }
   }
+  // Each segment's values and stores, and its thread's best of four; then the argmax shuffles of
+  // all segments together (independent chains, so their latencies overlap).
+  float best[kSegments];
+  int index[kSegments];
 #pragma unroll
-  for (int s = 0; s < kVectorSegments; ++s) {
-    const int64_t segment_col = (first_segment + s) * kVectorColumns;
-    if (segment_col >= e.n) break;  // the whole warp leaves together
-    const int64_t col = segment_col + 4 * lane;
+  for (int s = 0; s < kSegments; ++s) {
+    const int64_t col = (first_segment + s) * kVectorColumns + 4 * lane;
     const bool valid = col < e.n;
+    float4 sc4 = one, bi4 = zero, re4 = zero;
+    if constexpr (!kAccOnly) {
+      sc4 = scale[s];
+      bi4 = bias[s];
+      re4 = residual[s];
+    }
     const float a[4] = {acc[s].x, acc[s].y, acc[s].z, acc[s].w};
-    const float sc[4] = {scale[s].x, scale[s].y, scale[s].z, scale[s].w};
-    const float bi[4] = {bias[s].x, bias[s].y, bias[s].z, bias[s].w};
-    const float re[4] = {residual[s].x, residual[s].y, residual[s].z, residual[s].w};
+    const float sc[4] = {sc4.x, sc4.y, sc4.z, sc4.w};
+    const float bi[4] = {bi4.x, bi4.y, bi4.z, bi4.w};
+    const float re[4] = {re4.x, re4.y, re4.z, re4.w};
     float v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       EpilogueInputs in;
       in.scale = sc[j];
       in.bias = bi[j];
-      v[j] = epilogue_value(e, a[j], in);
+      v[j] = epilogue_value(e, a[j], in);  // with kAccOnly, e has no scale or bias: v = acc
     }
     if (valid) {
       if (e.ep.out != nullptr) {
@@ -146,25 +166,28 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
                                            col / 2) = pair;
       }
     }
-    if (e.ep.argmax_value != nullptr) {
-      float best;
-      int index;
-      argmax4(v, col, e.n, best, index);
+    if (e.ep.argmax_value != nullptr) argmax4(v, col, e.n, best[s], index[s]);  // past n: -inf at INT_MAX
+  }
+  if (e.ep.argmax_value == nullptr) return;
 #pragma unroll
-      for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {  // the block's 8 lanes
-        const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-        const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-        if (argmax_better(other, other_index, best, index)) {
-          best = other;
-          index = other_index;
-        }
+  for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {  // a block's 8 lanes
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s) {
+      const float other = __shfl_xor_sync(0xffffffffu, best[s], offset);
+      const int other_index = __shfl_xor_sync(0xffffffffu, index[s], offset);
+      if (argmax_better(other, other_index, best[s], index[s])) {
+        best[s] = other;
+        index[s] = other_index;
       }
-      const int64_t block_col = segment_col + (lane / 8) * kArgmaxBlock;
-      if (lane % 8 == 0 && block_col < e.n) {
-        const int64_t slot = row * e.ep.ld_argmax + block_col / kArgmaxBlock;
-        e.ep.argmax_value[slot] = best;
-        e.ep.argmax_index[slot] = index;
-      }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kSegments; ++s) {
+    const int64_t block_col = (first_segment + s) * kVectorColumns + (lane / 8) * kArgmaxBlock;
+    if (lane % 8 == 0 && block_col < e.n) {
+      const int64_t slot = row * e.ep.ld_argmax + block_col / kArgmaxBlock;
+      e.ep.argmax_value[slot] = best[s];
+      e.ep.argmax_index[slot] = index[s];
     }
   }
 }
@@ -187,7 +210,8 @@ void prepare_gemm_fallback_kernels() {
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_simple_kernel<true>));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_simple_kernel<false>));
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_kernel));
-  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_vector_kernel));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_vector_kernel<kVectorSegments, false>));
+  DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm_epilogue_vector_kernel<kVectorSegmentsAccOnly, true>));
 }
 
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
@@ -203,20 +227,23 @@ void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int
 }
 
 void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
-                          const GemmEpilogue& epilogue, EpilogueKernel kernel) {
+                          const GemmEpilogue& epilogue, EpilogueKernel kernel, bool pdl) {
   if (ld_raw < w.n) throw internal_error("gemm epilogue: ld_raw below n");
   const EpilogueArgs args = make_epilogue_args(w, m, epilogue);
   if (kernel == EpilogueKernel::kVector && vector_epilogue_fits(raw, ld_raw, args)) {
-    const int64_t per_cta = kVectorWarps * kVectorSegments * kVectorColumns;
+    const bool acc_only = args.scale == nullptr && args.bias == nullptr && epilogue.residual == nullptr;
+    const int64_t per_cta = kVectorWarps * (acc_only ? kVectorSegmentsAccOnly : kVectorSegments) * kVectorColumns;
     const dim3 grid(static_cast<unsigned>((w.n + per_cta - 1) / per_cta), static_cast<unsigned>(m));
-    gemm_epilogue_vector_kernel<<<grid, kVectorWarps * 32, 0, stream>>>(raw, ld_raw, args);
-    DFLASH_CUDA_CHECK_LAUNCH("gemm_epilogue_vector_kernel");
+    launch_kernel("gemm_epilogue_vector_kernel",
+                  acc_only ? gemm_epilogue_vector_kernel<kVectorSegmentsAccOnly, true>
+                           : gemm_epilogue_vector_kernel<kVectorSegments, false>,
+                  grid, dim3(kVectorWarps * 32), 0, stream, pdl, raw, ld_raw, args);
     return;
   }
   const int64_t per_cta = kEpilogueWarps * kEpilogueBlocksPerWarp;
   const dim3 grid(static_cast<unsigned>((argmax_blocks(w.n) + per_cta - 1) / per_cta), static_cast<unsigned>(m));
-  gemm_epilogue_kernel<<<grid, kEpilogueWarps * 32, 0, stream>>>(raw, ld_raw, args);
-  DFLASH_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
+  launch_kernel("gemm_epilogue_kernel", gemm_epilogue_kernel, grid, dim3(kEpilogueWarps * 32), 0, stream, pdl, raw,
+                ld_raw, args);
 }
 
 }  // namespace dflash

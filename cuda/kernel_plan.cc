@@ -118,12 +118,14 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
         throw bad_input("CUDA kernels: gemm_epilogue=" + value + " is not a kernel (vector, warp)");
       }
       plan.gemm_epilogue = value == "warp" ? EpilogueKernel::kWarp : EpilogueKernel::kVector;
+    } else if (stage == "cutlass_tile") {
+      plan.cutlass_tile_rows = parse_number(stage, value, {128, 256}, 0, "a tile height");
     } else if (stage == "pdl") {
       plan.pdl = parse_switch(stage, value, KernelPlan{}.pdl);
     } else {
       throw bad_input("CUDA kernels: unknown stage '" + stage +
                       "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_walk_ctas, attention_whole_window, rmsnorm, qk_norm_rope, swiglu, argmax, "
-                      "gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
+                      "gemm_cols, gemm_cols_m64, gemm_epilogue, cutlass_tile, selector_topk, pdl)");
     }
   }
   plan.attention = choose_attention_kernel(attention, head_dim);
@@ -164,6 +166,11 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("kernel.gemm_epilogue", plan.gemm_epilogue == EpilogueKernel::kWarp
                                              ? "warp (one column per lane; library and fallback GEMMs)"
                                              : "vector (four columns per thread; library and fallback GEMMs)");
+  d.emplace_back("kernel.cutlass_tile",
+                 plan.cutlass_tile_rows == 0
+                     ? "auto (256 activation rows per tile above 128 rows where that still gives two tiles per SM, "
+                       "else 128)"
+                     : std::to_string(plan.cutlass_tile_rows) + " activation rows per tile");
   d.emplace_back("kernel.selector_topk", plan.selector_topk == SelectorTopK::kPlain
                                              ? "plain (K passes over the row; DFlash2 only)"
                                              : "threshold (row slices of two passes, candidates in shared "

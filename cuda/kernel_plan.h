@@ -32,6 +32,9 @@
 //                 says so; bits do not change with it)
 //   gemm_epilogue vector (default; alias auto), warp: the kernel that finishes the library GEMMs'
 //                 products (gemm.h EpilogueKernel; bits do not change with it)
+//   cutlass_tile  auto (default), 128, 256: activation rows per tile of the CUTLASS GEMM (auto: 256
+//                 above 128 rows where the tiles of 256 still fill the SMs twice,
+//                 gemm_cutlass_tile_rows; the results change with it within the library GEMMs' bound)
 //   selector_topk threshold (default; alias auto), plain: DFlash2's top-K kernel (candidate_selector.h;
 //                 bits do not change with it)
 //   pdl           on (default), off: programmatic dependent launch between the block forward's
@@ -71,6 +74,7 @@ struct KernelPlan {
   bool argmax_fused = true;
   SelectorTopK selector_topk = SelectorTopK::kThreshold;
   EpilogueKernel gemm_epilogue = EpilogueKernel::kVector;
+  int cutlass_tile_rows = 0;  // 0: auto
   int gemm_columns = 0;  // 0: auto
   int gemm_columns_m64 = GemmContext{}.mma_columns_m64;  // 0: auto
   bool pdl = true;

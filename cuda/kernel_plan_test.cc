@@ -41,6 +41,20 @@ TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   EXPECT_EQ(gemm_mma_columns(128, 64, 151936, e4m3, 132), 32);
 }
 
+// The CUTLASS tile height: 256 activation rows only where their tiles still number two per SM.
+TEST(KernelPlan, CutlassTileRowsFollowTheShape) {
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 512, 24576, 132), 256);   // gate|up at batch 32: 384 wide tiles
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 480, 151936, 132), 256);  // lm_head at batch 32
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 240, 151936, 132), 256);  // lm_head at batch 16
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 256, 24576, 132), 128);   // 192 wide tiles: under two per SM
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 512, 4096, 132), 128);    // o and down: 64 wide tiles
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 128, 151936, 132), 128);  // 128 rows: half of a wide tile empty
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 129, 151936, 132), 256);
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 512, 151936, 0), 128);    // SM count unknown
+  EXPECT_EQ(gemm_cutlass_tile_rows(256, 64, 4096, 132), 256);   // requested
+  EXPECT_EQ(gemm_cutlass_tile_rows(128, 512, 151936, 132), 128);
+}
+
 TEST(KernelPlan, DefaultsAndEveryLever) {
   const KernelPlan d = resolve_kernel_plan({}, 128);
   EXPECT_EQ(d.block_gemm, GemmKernel::kMma);
@@ -52,6 +66,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_TRUE(d.argmax_fused);
   EXPECT_EQ(d.selector_topk, SelectorTopK::kThreshold);
   EXPECT_EQ(d.gemm_epilogue, EpilogueKernel::kVector);
+  EXPECT_EQ(d.cutlass_tile_rows, 0);
   EXPECT_EQ(d.ctx_kernel(65, WeightFormat::kBf16), GemmKernel::kMma);
   EXPECT_EQ(d.ctx_kernel(1024, WeightFormat::kE4M3), GemmKernel::kMma);
   // auto hands bf16 context GEMMs of more than 64 rows to cuBLASLt, E4M3 ones never.
@@ -64,7 +79,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   const KernelPlan p = resolve_kernel_plan({{"gemm", "cublas"}, {"ctx_gemm", "simple"}, {"attention", "simple"},
                                             {"rmsnorm", "simple"}, {"qk_norm_rope", "simple"}, {"swiglu", "separate"},
                                             {"argmax", "separate"}, {"selector_topk", "plain"},
-                                            {"gemm_epilogue", "warp"}},
+                                            {"gemm_epilogue", "warp"}, {"cutlass_tile", "256"}},
                                            64);
   EXPECT_EQ(p.block_gemm, GemmKernel::kCublasLt);
   EXPECT_FALSE(p.ctx_gemm_auto);
@@ -76,6 +91,7 @@ TEST(KernelPlan, DefaultsAndEveryLever) {
   EXPECT_FALSE(p.argmax_fused);
   EXPECT_EQ(p.selector_topk, SelectorTopK::kPlain);
   EXPECT_EQ(p.gemm_epilogue, EpilogueKernel::kWarp);
+  EXPECT_EQ(p.cutlass_tile_rows, 256);
   EXPECT_TRUE(p.cublaslt_reads_e4m3(true));
   EXPECT_FALSE(p.cublaslt_reads_e4m3(false));
   bool described = false;
@@ -224,7 +240,7 @@ TEST(KernelPlan, UnknownStagesAndKernelsAreRefusedByName) {
               "CUDA kernels: unknown stage '" + stage +
                   "' (gemm, gemm_m64, ctx_gemm, attention, attention_pass_ctas, attention_walk_ctas, attention_whole_window, "
                   "rmsnorm, qk_norm_rope, "
-                  "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, selector_topk, pdl)");
+                  "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, cutlass_tile, selector_topk, pdl)");
   }
   EXPECT_EQ(harness_error_message([] { resolve_kernel_plan({{"gemm", "mma-splitk"}}, 128); }),
             "CUDA kernels: gemm=mma-splitk is not a kernel (mma, cublaslt, simple)");

@@ -1,8 +1,9 @@
 // The CUTLASS mixed-input GEMM (cuda/gemm_cutlass_mixed.h) against the plain fallback GEMM
 // (GemmKernel::kSimple, cuda/gemm_fallback.cu) at the block forward's q|k|v and down shapes and a
-// ragged one (n and k not multiples of the 128 × 64 tiles), m = 1, 64, 128, 200, 512; run-to-run
-// equality from a dirty workspace (stream-K's split is fixed for a shape); nothing written outside
-// [m, n]; two planted bugs rejected. (Through gemm() with every epilogue: gemm_gpu_test.)
+// ragged one (n and k not multiples of the 128 × 64 tiles), m = 1, 64, 128, 200, 512, with tiles of
+// 128 and of 256 activation rows; run-to-run equality from a dirty workspace (stream-K's split is
+// fixed for a shape); nothing written outside [m, n]; two planted bugs rejected; the residual added
+// in place bit for bit as the fallbacks add it. (Through gemm() with every epilogue: gemm_gpu_test.)
 //
 // Bound (derivation). With K = k_pad terms (the padding is zero), S = Σ a·q exact and
 // M = Σ |a·q|: every product of a bf16 activation and an E4M3 code is exact in fp32 (8 + 4
@@ -98,16 +99,23 @@ class CutlassMixedGemm : public ::testing::Test {
   }
 
   // The candidate's out[m, ld_out] (one more row and 4 more columns than it may write, all
-  // sentinels before the launch), as bits.
-  std::vector<uint32_t> run_candidate(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w) {
+  // sentinels before the launch), as bits. With `source` ([m, ld_out] bits) out starts as the
+  // source over its first m rows and the launch adds itself to it in place (the residual stream).
+  std::vector<uint32_t> run_candidate(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                                      const std::vector<uint32_t>* source = nullptr, int tile_rows = 128) {
     const int64_t ld_out = w.n + 4;
     DeviceBuffer<float> out(static_cast<size_t>((m + 1) * ld_out));
     EXPECT_EQ(cudaSuccess, cudaMemset(out.get(), 0xff, out.bytes()));
+    if (source != nullptr) {
+      EXPECT_EQ(cudaSuccess,
+                cudaMemcpy(out.get(), source->data(), static_cast<size_t>(m * ld_out) * 4, cudaMemcpyHostToDevice));
+    }
     const size_t bytes = std::max<size_t>(1, cutlass_mixed_workspace_bytes(m, w.n, w.k_pad));
     DeviceBuffer<uint8_t> workspace(bytes);
     // Dirty workspace: stream-K must clear what it relies on.
     EXPECT_EQ(cudaSuccess, cudaMemset(workspace.get(), 0x5a, workspace.bytes()));
-    launch_gemm_cutlass_mixed(stream_, a, lda, m, w, out.get(), ld_out, workspace.get(), workspace.bytes());
+    launch_gemm_cutlass_mixed(stream_, a, lda, m, w, out.get(), ld_out, workspace.get(), workspace.bytes(),
+                              source != nullptr ? out.get() : nullptr, tile_rows);
     EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
     std::vector<uint32_t> bits(out.size());
     EXPECT_EQ(cudaSuccess, cudaMemcpy(bits.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
@@ -179,18 +187,20 @@ TEST_F(CutlassMixedGemm, MatchesTheFallbackWithinTheBoundAndRejectsPlantedBugs) 
     const std::vector<float> raw = run_fallback(d_a.get(), w.k_pad, kMaxM + 1, w.view());
     const std::vector<float> mag = run_fallback(d_abs_a.get(), w.k_pad, kMaxM + 1, w.view(true));
 
-    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{128}, int64_t{200}, kMaxM}) {
-      SCOPED_TRACE("m " + std::to_string(m));
-      const std::vector<uint32_t> cand = run_candidate(d_a.get(), w.k_pad, m, w.view());
-      const Check c = check(cand, m, w, raw, mag);
-      std::printf("[gemm] cutlass mixed %s n %lld k %lld m %lld: worst error/bound %.3g, violations %lld\n", shape.name,
-                  static_cast<long long>(shape.n), static_cast<long long>(w.k_pad), static_cast<long long>(m),
-                  c.worst_ratio, static_cast<long long>(c.violations));
-      EXPECT_EQ(c.violations, 0);
-      EXPECT_EQ(c.outside_written, 0);
-      // Stream-K's split is fixed for a shape: the same bits again (a dirty workspace each time).
-      if (m == 128 || m == 200) {
-        EXPECT_EQ(cand, run_candidate(d_a.get(), w.k_pad, m, w.view())) << "run-to-run bits differ";
+    for (int tile : {128, 256}) {
+      for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{128}, int64_t{200}, kMaxM}) {
+        SCOPED_TRACE("m " + std::to_string(m) + ", tiles of " + std::to_string(tile) + " rows");
+        const std::vector<uint32_t> cand = run_candidate(d_a.get(), w.k_pad, m, w.view(), nullptr, tile);
+        const Check c = check(cand, m, w, raw, mag);
+        std::printf("[gemm] cutlass mixed %s n %lld k %lld m %lld tile %d: worst error/bound %.3g, violations %lld\n",
+                    shape.name, static_cast<long long>(shape.n), static_cast<long long>(w.k_pad),
+                    static_cast<long long>(m), tile, c.worst_ratio, static_cast<long long>(c.violations));
+        EXPECT_EQ(c.violations, 0);
+        EXPECT_EQ(c.outside_written, 0);
+        // Stream-K's split is fixed for a shape: the same bits again (a dirty workspace each time).
+        if (m == 128 || m == 200) {
+          EXPECT_EQ(cand, run_candidate(d_a.get(), w.k_pad, m, w.view(), nullptr, tile)) << "run-to-run bits differ";
+        }
       }
     }
 
@@ -205,6 +215,57 @@ TEST_F(CutlassMixedGemm, MatchesTheFallbackWithinTheBoundAndRejectsPlantedBugs) 
                 static_cast<long long>(128 * shape.n));
     EXPECT_GT(bad_scale.violations, 0) << "the check cannot see a neighbour row's scale";
     EXPECT_GT(bad_rows.violations, 128 * shape.n / 2) << "the check cannot see shifted activation rows";
+  }
+}
+
+// The residual add in the epilogue (in place: source = out): each element must be the bits of
+// fp32(product + residual), the product as the plain launch stores it, both rounded to nearest
+// (the fallbacks' residual epilogue), nothing outside [m, n] written. A launch that ignored the
+// source, or contracted the two roundings into one FMA, would differ.
+TEST_F(CutlassMixedGemm, AddsTheResidualInPlaceWithTheFallbacksRounding) {
+  const ShapeCase shapes[] = {{"o", 4096, 4096}, {"down", 4096, 12288}, {"ragged", 1000, 1000}};
+  for (const ShapeCase& shape : shapes) {
+    SCOPED_TRACE(shape.name);
+    Weight w;
+    make_weight(w, shape.n, shape.k, 31, stream_);
+    const Tensor a = make_random_context(kMaxM, shape.k, 32);
+    const DeviceBuffer<uint16_t> d_a = gpu_test::upload_activations(a, w.k_pad);
+    const int64_t ld_out = w.n + 4;
+    const std::vector<std::pair<int64_t, int>> runs = {{64, 128}, {200, 128}, {kMaxM, 128}, {kMaxM, 256}};
+    for (const auto& [m, tile] : runs) {
+      SCOPED_TRACE("m " + std::to_string(m) + ", tiles of " + std::to_string(tile) + " rows");
+      std::vector<uint32_t> residual(static_cast<size_t>(m * ld_out));
+      for (size_t i = 0; i < residual.size(); ++i) residual[i] = gpu_test::float_bits(random_bf16(33, 1, i, -3.0f, 3.0f));
+      const std::vector<uint32_t> product = run_candidate(d_a.get(), w.k_pad, m, w.view(), nullptr, tile);
+      const std::vector<uint32_t> sum = run_candidate(d_a.get(), w.k_pad, m, w.view(), &residual, tile);
+      int64_t mismatches = 0, outside_written = 0, added = 0;
+      for (int64_t r = 0; r <= m; ++r) {
+        for (int64_t c = 0; c < ld_out; ++c) {
+          const size_t i = static_cast<size_t>(r * ld_out + c);
+          if (r == m) {
+            outside_written += sum[i] != kSentinel;
+            continue;
+          }
+          if (c >= w.n) {
+            outside_written += sum[i] != residual[i];  // the padding columns keep the source
+            continue;
+          }
+          float p, s;
+          std::memcpy(&p, &product[i], 4);
+          std::memcpy(&s, &residual[i], 4);
+          const float want = p + s;  // one IEEE fp32 addition, round to nearest
+          mismatches += gpu_test::float_bits(want) != sum[i];
+          added += gpu_test::float_bits(want) != product[i];
+        }
+      }
+      std::printf("[gemm] cutlass mixed + residual %s n %lld k %lld m %lld tile %d: %lld of %lld differ from product + residual\n",
+                  shape.name, static_cast<long long>(shape.n), static_cast<long long>(w.k_pad), static_cast<long long>(m),
+                  tile, static_cast<long long>(mismatches), static_cast<long long>(m * shape.n));
+      EXPECT_EQ(mismatches, 0);
+      EXPECT_EQ(outside_written, 0);
+      // The comparison can fail: adding the residual changes (almost) every element.
+      EXPECT_GT(added, m * shape.n / 2);
+    }
   }
 }
 
@@ -233,6 +294,13 @@ TEST_F(CutlassMixedGemm, RefusesArgumentsItCannotServe) {
   DeviceMatrixView bf16 = w.view();
   bf16.format = WeightFormat::kBf16;
   refused(bf16, 64, 64, "E4M3");
+  try {
+    launch_gemm_cutlass_mixed(stream_, a.get(), 64, 64, w.view(), out.get(), 64, nullptr, 0, nullptr, 192);
+    ADD_FAILURE() << "accepted tiles of 192 rows";
+  } catch (const HarnessError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("tile rows 192"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -153,11 +153,11 @@ struct AllEpilogues {
         values(static_cast<size_t>(m * argmax_blocks(n))),
         indices(values.size()),
         act(static_cast<size_t>(m * n / 2)) {}
-  GemmEpilogue epilogue() const {
+  GemmEpilogue epilogue(bool with_residual = true) const {
     GemmEpilogue ep;
     ep.out = out.get();
     ep.ld_out = n;
-    ep.residual = residual.get();
+    ep.residual = with_residual ? residual.get() : nullptr;
     ep.ld_residual = n;
     ep.swiglu_out = act.get();
     ep.ld_swiglu = n / 2;
@@ -388,6 +388,54 @@ TEST_F(GemmTest, EpiloguesResidualSwigluAndArgmax) {
   }
 }
 
+// Where the epilogue only adds to the residual, the libraries add it themselves (CUTLASS in its
+// epilogue, cuBLASLt with beta = 1): the result must be the bits of fp32(product + residual), the
+// product as the same library stores it alone, as the epilogue kernel adds them. No bias (a bias
+// keeps the epilogue kernel). Negative control: the residual of the next row must not match.
+TEST_F(GemmTest, LibrariesAddTheResidualAsTheEpilogueKernelDoes) {
+  const Shape shapes[] = {{4096, 4096, false}, {1000, 12288, false}};
+  for (const Shape& s : shapes) {
+    for (WeightFormat format : {WeightFormat::kE4M3, WeightFormat::kBf16}) {
+      const GemmKernel kernel = format == WeightFormat::kE4M3 ? GemmKernel::kCutlass : GemmKernel::kCublasLt;
+      std::string why;
+      if (kernel == GemmKernel::kCutlass && !cutlass_mixed_supported(&why)) {
+        std::printf("[gemm] cutlass residual add not run: %s\n", why.c_str());
+        continue;
+      }
+      const Problem p = make_problem(s.n, s.k, format, false, 41 + s.k, stream_);
+      for (int64_t m : {int64_t{64}, int64_t{200}}) {
+        const std::string what = std::string(gemm_kernel_name(kernel)) + " n=" + std::to_string(s.n) +
+                                 " k=" + std::to_string(s.k) + " m=" + std::to_string(m);
+        const Tensor a = random_activations(m, s.k, 43 + m);
+        const DeviceBuffer<uint16_t> da = upload_activations(a, pad_k(s.k));
+        const std::vector<float> product = run(kernel, p, da, m);
+        std::vector<float> residual0(static_cast<size_t>(m * s.n));
+        for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(44, 1, i, -3.0f, 3.0f);
+        DeviceBuffer<float> residual = gpu_test::to_device(residual0);
+        GemmEpilogue ep;
+        ep.residual = residual.get();
+        ep.ld_residual = s.n;
+        gemm(kernel, ctx_, da.get(), pad_k(s.k), m, p.device.view(), ep);
+        ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+        const std::vector<float> sum = gpu_test::to_host(residual);
+        int64_t mismatches = 0, shifted_matches = 0;
+        for (size_t i = 0; i < sum.size(); ++i) {
+          const float want = product[i] + residual0[i];  // one IEEE fp32 addition
+          mismatches += gpu_test::float_bits(sum[i]) != gpu_test::float_bits(want);
+          if (i + static_cast<size_t>(s.n) < sum.size()) {
+            const float shifted = product[i] + residual0[i + static_cast<size_t>(s.n)];
+            shifted_matches += gpu_test::float_bits(sum[i]) == gpu_test::float_bits(shifted);
+          }
+        }
+        std::printf("[gemm] %-32s residual added in the library: %lld of %zu differ; next row's residual: %lld match\n",
+                    what.c_str(), static_cast<long long>(mismatches), sum.size(), static_cast<long long>(shifted_matches));
+        EXPECT_EQ(mismatches, 0) << what;
+        EXPECT_LT(shifted_matches, static_cast<int64_t>(sum.size()) / 2) << what << ": negative control";
+      }
+    }
+  }
+}
+
 // The mma kernel's CTA width (32, 64, 96 or 128 columns at m <= 16; 32 or 64 above, gemm_cols_m64)
 // and its shared-memory layout change which CTA computes an element and how its operands arrive,
 // never its sum: every epilogue's output must be the same bits in every combination as with 32
@@ -453,21 +501,27 @@ TEST_F(GemmTest, MmaCtaWidthsAndLayoutsChangeNoBit) {
 // (out, residual, SwiGLU, argmax partials, all at once) must be the same bits. The products hold
 // NaN, ±inf and runs of equal values (argmax ties); the shapes leave the last 32-column block
 // partly past n, pad the leading dimension, and give n % 4 != 0 (the vector form then runs the warp
-// form). Negative control: one changed product must show.
+// form). Without scale, bias and residual the vector form reads only the products (its acc-only
+// instantiation, twice the columns per CTA): those cases span several CTAs and end in a partial one.
+// Negative control: one changed product must show.
 TEST_F(GemmTest, EpilogueFormsGiveTheSameBits) {
   struct Case {
     int64_t m, n, ld_raw;
     WeightFormat format;  // E4M3: a per-column scale
-    bool bias;
+    bool bias, residual;
   };
-  const Case cases[] = {{5, 4096, 4096, WeightFormat::kE4M3, false},
-                        {3, 2000, 2000, WeightFormat::kE4M3, true},
-                        {7, 1000, 1004, WeightFormat::kBf16, false},
-                        {65, 640, 640, WeightFormat::kBf16, true},
-                        {4, 1002, 1002, WeightFormat::kE4M3, true}};  // n % 4 != 0: the warp form serves both
+  const Case cases[] = {{5, 4096, 4096, WeightFormat::kE4M3, false, true},
+                        {3, 2000, 2000, WeightFormat::kE4M3, true, true},
+                        {7, 1000, 1004, WeightFormat::kBf16, false, true},
+                        {65, 640, 640, WeightFormat::kBf16, true, true},
+                        {4, 1002, 1002, WeightFormat::kE4M3, true, true},  // n % 4 != 0: the warp form serves both
+                        {3, 20000, 20004, WeightFormat::kBf16, false, false},  // acc-only
+                        {9, 1000, 1000, WeightFormat::kBf16, false, false},    // acc-only, one partial CTA
+                        {2, 4100, 4100, WeightFormat::kE4M3, false, false}};   // scaled, no residual
   constexpr uint64_t kSeed = 57;
   for (const Case& c : cases) {
-    const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " ld=" + std::to_string(c.ld_raw);
+    const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " ld=" + std::to_string(c.ld_raw) +
+                             (c.residual ? "" : " no residual");
     std::vector<float> raw(static_cast<size_t>(c.m * c.ld_raw)), scale(static_cast<size_t>(c.n)),
         bias(static_cast<size_t>(c.n)), residual0(static_cast<size_t>(c.m * c.n));
     for (size_t i = 0; i < raw.size(); ++i) {
@@ -489,7 +543,7 @@ TEST_F(GemmTest, EpilogueFormsGiveTheSameBits) {
     auto outputs = [&](EpilogueKernel kernel, const std::vector<float>& products) {
       const DeviceBuffer<float> d_raw = gpu_test::to_device(products);
       AllEpilogues outs(c.m, c.n, residual0);
-      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, outs.epilogue(), kernel);
+      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, outs.epilogue(c.residual), kernel);
       EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
       return outs.bits();
     };
