@@ -3,9 +3,10 @@
 // D[n, m] = W[n, k]·Aᵀ with W (E4M3, K-major: row-major) as A, the activations (K-major: a
 // column-major k × m matrix) as B, and D column-major with leading dimension ld_out, which is
 // out[m, ld_out] row-major. The per-weight-row scale is then a per-row vector of D, broadcast by
-// the epilogue, which may also add a source matrix C (the residual stream, in place). One kernel
-// configuration (compile time) apart from that: 128 × 128 × 64 tiles, the cooperative
-// warp-specialized schedule, no clusters, and the stream-K tile scheduler: when the output tiles
+// the epilogue, which may also add a source matrix C (the residual stream, in place). Four
+// configurations (compile time): with or without C, tiles of 128 weight rows × 128 or 256
+// activation rows × 64 k (gemm_cutlass_tile_rows picks), all with the cooperative warp-specialized
+// schedule, no clusters, and the stream-K tile scheduler: when the output tiles
 // alone leave SMs idle (CUTLASS's heuristic, from the tile count and k), the k range of some
 // tiles is split over CTAs and reduced in a fixed (turnstile) order, so a shape gives the same
 // bits run to run, but the split, and so the order, may change with m. (Persistent data-parallel

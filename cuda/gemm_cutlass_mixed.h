@@ -2,8 +2,9 @@
 // cuda/gemm.h; bench/gemm_bench.cc times it, tests/gpu/gemm_cutlass_mixed_gpu_test.cc checks it
 // against the plain fallback): E4M3 weights × bf16 activations through CUTLASS's mixed-input
 // Hopper collective (TMA loads, the E4M3 codes converted to bf16 in registers, wgmma with fp32
-// accumulation), and out = acc · scale[col] (+ a source) in the epilogue, tiles spread by stream-K (a shape's
-// bits are the same run to run, but may change with m). Built for sm_90a only.
+// accumulation), and out = acc · scale[col] (+ a source) in the epilogue, tiles of 128 or 256
+// activation rows spread by stream-K (a shape's bits are the same run to run, but may change with m
+// and the tile). Built for sm_90a only.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +33,8 @@ size_t cutlass_mixed_workspace_bytes(int64_t m, int64_t n, int64_t k_pad);
 // workspace on `stream` first. The caller has asked cutlass_mixed_supported once (the drafter at
 // construction): on another device the launch fails with the CUDA error. With a source (fp32
 // [m, ld_out], 16-byte aligned; it may be out itself) the epilogue adds it to the scaled product,
-// rounding each of the two operations (as the fallbacks' residual epilogue).
+// rounding each of the two operations (as the fallbacks' residual epilogue). tile_rows: activation
+// rows per tile, 128 or 256 (gemm_cutlass_tile_rows; anything else is refused).
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes, const float* source = nullptr, int tile_rows = 128);
