@@ -194,6 +194,14 @@ __device__ __forceinline__ void rotate_pair(const QkNormRopeArgs& a, const float
   *o2 = __fadd_rn(__fmul_rn(n2, c), __fmul_rn(n1, s));
 }
 
+// The elements of q/k pair j of a head: (j, j + d/2), Qwen3's rotate_half layout (the planted
+// kRopePairLayout bug reads and writes them as (2j, 2j + 1)).
+__device__ __forceinline__ void pair_elements(int j, int half, int* i1, int* i2) {
+  *i1 = j;
+  *i2 = j + half;
+  DFLASH_DEVICE_MUTATE(kRopePairLayout, *i1 = 2 * j; *i2 = 2 * j + 1);
+}
+
 constexpr int kHeadWarps = 8;
 constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256 (checked at launch)
 constexpr int kTaskBatch = 3;        // a warp's heads whose loads are in flight together
@@ -227,8 +235,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 4) qk_norm_rope_kernel(QkNorm
 #pragma unroll
       for (int i = 0; i < kMaxPairsPerLane; ++i) {
         const int j = lane + 32 * i;
-        int i1 = j, i2 = j + half;  // the pair's elements (Qwen3's rotate_half layout)
-        DFLASH_DEVICE_MUTATE(kRopePairLayout, if (task.kind != 2) { i1 = 2 * j; i2 = 2 * j + 1; });
+        int i1 = j, i2 = j + half;  // V: the plain halves
+        if (task.kind != 2) pair_elements(j, half, &i1, &i2);
         if (j < half) {
           x1[t][i] = x[i1];
           x2[t][i] = x[i2];
@@ -264,8 +272,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 4) qk_norm_rope_kernel(QkNorm
       for (int i = 0; i < kMaxPairsPerLane; ++i) {
         const int j = lane + 32 * i;
         if (j >= half) continue;
-        int i1 = j, i2 = j + half;
-        DFLASH_DEVICE_MUTATE(kRopePairLayout, i1 = 2 * j; i2 = 2 * j + 1);
+        int i1, i2;
+        pair_elements(j, half, &i1, &i2);
         float o1, o2;
         rotate_pair(a, w, x1[t][i], x2[t][i], r, j, cos_sin[j], cos_sin[half + j], &o1, &o2);
         dst[i1] = __float2bfloat16_rn(o1);
