@@ -71,10 +71,10 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
                   const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
   const bool residual_only = epilogue.residual != nullptr && epilogue.out == nullptr &&
                              epilogue.swiglu_out == nullptr && epilogue.argmax_value == nullptr && w.bias == nullptr;
+  const int tile_rows = gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count);  // kCutlass
   if (residual_only && kernel == GemmKernel::kCutlass) {
     launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, w, epilogue.residual, epilogue.ld_residual, ctx.cutlass_workspace,
-                              ctx.cutlass_workspace_bytes, epilogue.residual,
-                              gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
+                              ctx.cutlass_workspace_bytes, epilogue.residual, tile_rows);
     return;
   }
   if (residual_only && kernel == GemmKernel::kCublasLt && w.format == WeightFormat::kBf16 &&
@@ -90,8 +90,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
     DeviceMatrixView unbiased = w;
     unbiased.bias = nullptr;  // added by the epilogue kernel
     launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product, ld_product, ctx.cutlass_workspace,
-                              ctx.cutlass_workspace_bytes, nullptr,
-                              gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
+                              ctx.cutlass_workspace_bytes, nullptr, tile_rows);
   } else {
     cublaslt_matmul(ctx, a, lda, m, w, product, ld_product);
   }

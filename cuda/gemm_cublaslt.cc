@@ -64,6 +64,16 @@ class LtDescriptors {
   cublasLtMatmulPreference_t preference_ = nullptr;
 };
 
+// The heuristic's first algorithm for d, or kUnsupported naming the shape.
+cublasLtMatmulAlgo_t pick_or_throw(const GemmContext& ctx, LtDescriptors& d, int64_t m, const DeviceMatrixView& w) {
+  cublasLtMatmulAlgo_t algo;
+  if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
+    throw unsupported("cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(w.n) + ", k " +
+                      std::to_string(w.k));
+  }
+  return algo;
+}
+
 }  // namespace
 
 bool cublaslt_supports(const GemmContext& ctx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
@@ -87,11 +97,7 @@ void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
   const void* weights = w.format == WeightFormat::kE4M3 ? static_cast<const void*>(w.decoded) : w.data;
   if (weights == nullptr) throw internal_error("cublaslt: the E4M3 weight has no decoded bf16 copy");
   LtDescriptors d(m, w.n, w.k, lda, w.k_pad, ld_raw);
-  cublasLtMatmulAlgo_t algo;
-  if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
-    throw unsupported("cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(w.n) + ", k " +
-                      std::to_string(w.k));
-  }
+  const cublasLtMatmulAlgo_t algo = pick_or_throw(ctx, d, m, w);
   const float alpha = 1.0f, beta = 0.0f;
   DFLASH_CUDA_CHECK(cublasLtMatmul(ctx.lt, d.op_, &alpha, weights, d.w_, a, d.a_, &beta, raw, d.c_, raw, d.c_, &algo,
                                    ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
@@ -101,11 +107,7 @@ bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda,
                          float* inout, int64_t ld) {
   if (w.format != WeightFormat::kBf16) throw internal_error("cublaslt_matmul_add: the weight is not bf16");
   LtDescriptors d(m, w.n, w.k, lda, w.k_pad, ld);
-  cublasLtMatmulAlgo_t algo;
-  if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
-    throw unsupported("cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(w.n) + ", k " +
-                      std::to_string(w.k));
-  }
+  const cublasLtMatmulAlgo_t algo = pick_or_throw(ctx, d, m, w);
   // A split k range may add C to one partial sum before the others: only unsplit algorithms
   // give exactly fp32(acc + C).
   int32_t splits = 1;
