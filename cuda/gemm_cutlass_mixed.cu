@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <variant>
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -221,8 +222,14 @@ struct Prepared {
   }
 };
 
-void check_tile_rows(int tile_rows) {
-  if (tile_rows != 128 && tile_rows != 256) {
+// Calls f(Config<kSource, tile_rows>{}); tile_rows must be 128 or 256.
+template <bool kSource, typename F>
+void with_tile(int tile_rows, F&& f) {
+  if (tile_rows == 256) {
+    f(Config<kSource, 256>{});
+  } else if (tile_rows == 128) {
+    f(Config<kSource, 128>{});
+  } else {
     throw bad_input("cutlass mixed GEMM: tile rows " + std::to_string(tile_rows) + " (128 or 256)");
   }
 }
@@ -230,9 +237,7 @@ void check_tile_rows(int tile_rows) {
 }  // namespace
 
 struct CutlassMixedGemm::Impl {
-  Prepared<Config<false, 128>> narrow;
-  Prepared<Config<false, 256>> wide;
-  bool use_wide = false;
+  std::variant<Prepared<Config<false, 128>>, Prepared<Config<false, 256>>> prepared;
 };
 
 CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out,
@@ -241,13 +246,10 @@ CutlassMixedGemm::CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, co
     : impl_(std::make_unique<Impl>()) {
   std::string why;
   if (!cutlass_mixed_supported(&why)) throw unsupported(why);
-  check_tile_rows(tile_rows);
-  impl_->use_wide = tile_rows == 256;
-  if (impl_->use_wide) {
-    impl_->wide.prepare(a, lda, m, w, out, ld_out, nullptr, workspace, workspace_bytes, stream);
-  } else {
-    impl_->narrow.prepare(a, lda, m, w, out, ld_out, nullptr, workspace, workspace_bytes, stream);
-  }
+  with_tile<false>(tile_rows, [&](auto config) {
+    impl_->prepared.emplace<Prepared<decltype(config)>>().prepare(a, lda, m, w, out, ld_out, nullptr, workspace,
+                                                                  workspace_bytes, stream);
+  });
 }
 
 CutlassMixedGemm::~CutlassMixedGemm() = default;
@@ -255,36 +257,22 @@ CutlassMixedGemm::CutlassMixedGemm(CutlassMixedGemm&&) noexcept = default;
 CutlassMixedGemm& CutlassMixedGemm::operator=(CutlassMixedGemm&&) noexcept = default;
 
 void CutlassMixedGemm::run(cudaStream_t stream) {
-  if (impl_->use_wide) {
-    impl_->wide.run(stream, true);
-  } else {
-    impl_->narrow.run(stream, true);
-  }
+  std::visit([&](auto& p) { p.run(stream, true); }, impl_->prepared);
 }
-
-namespace {
-template <typename C>
-void prepare_and_run(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                     float* out, int64_t ld_out, void* workspace, size_t workspace_bytes, const float* source) {
-  // Prepared on the stream, which clears the workspace: the launch needs no second clear.
-  Prepared<C> p;
-  p.prepare(a, lda, m, w, out, ld_out, source, workspace, workspace_bytes, stream);
-  p.run(stream, false);
-}
-}  // namespace
 
 void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m,
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes, const float* source, int tile_rows) {
-  check_tile_rows(tile_rows);
-  if (source != nullptr && tile_rows == 256) {
-    prepare_and_run<Config<true, 256>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, source);
-  } else if (source != nullptr) {
-    prepare_and_run<Config<true, 128>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, source);
-  } else if (tile_rows == 256) {
-    prepare_and_run<Config<false, 256>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, nullptr);
+  // Prepared on the stream, which clears the workspace: the launch needs no second clear.
+  auto prepare_and_run = [&](auto config) {
+    Prepared<decltype(config)> p;
+    p.prepare(a, lda, m, w, out, ld_out, source, workspace, workspace_bytes, stream);
+    p.run(stream, false);
+  };
+  if (source != nullptr) {
+    with_tile<true>(tile_rows, prepare_and_run);
   } else {
-    prepare_and_run<Config<false, 128>>(stream, a, lda, m, w, out, ld_out, workspace, workspace_bytes, nullptr);
+    with_tile<false>(tile_rows, prepare_and_run);
   }
 }
 
