@@ -421,16 +421,15 @@ __global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(Attentio
   });
 }
 
-// Whole-window: one CTA per (kv head, sequence) walks every chunk of the window twice. First S
-// alone, for each row's maximum over the window, m = max_c m_c (exact in any order); then each
-// chunk's m_c, l_c and O_c exactly as the split-KV kernel computes them, folded in chunk order with
-// the combine kernel's operations: l = Σ_c exp(m_c - m)·l_c, o = Σ_c exp(m_c - m)·O_c, out =
-// bf16(o / l). The same operations in the same order give the split-KV path's bits, so the choice
-// between the two may follow the batch size without breaking batch invariance, and no partial
-// reaches memory. The chunks stream through two buffers (a chunk's copies overlap the previous
-// chunk's math). The work splits over more CTAs without a bit changing: pass_ctas CTAs take every
-// pass_ctas-th 64-column P·V pass (each computes S and the statistics), and the m-tiles go in
-// groups of tiles_per_cta to CTAs of one warp per m-tile.
+// Whole-window: one CTA per (kv head, sequence) walks every chunk of the window once, computes each
+// chunk's m_c, l_c and O_c exactly as the split-KV kernel does and folds them in chunk order with
+// the combine's operations (fold_in: a running maximum, the results so far rescaled when it grows).
+// The same operations in the same order give the split-KV path's bits, so the choice between the
+// two may follow the batch size without breaking batch invariance, and no partial reaches memory.
+// The chunks stream through two buffers (a chunk's copies overlap the previous chunk's math). The
+// work splits over more CTAs without a bit changing: pass_ctas CTAs take every pass_ctas-th
+// 64-column P·V pass (each computes S and the statistics), and the m-tiles go in groups of
+// tiles_per_cta to CTAs of one warp per m-tile.
 constexpr int kWholeWindowMaxWarps = 4;
 constexpr int kWholeWindowMaxOwnPasses = 2;  // per-thread accumulators: 2 passes × 32 floats
 
@@ -459,25 +458,22 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
 
   extern __shared__ __align__(16) unsigned char attention_whole_window_smem[];
   const uint32_t buffers = smem_address(attention_whole_window_smem);
-  // Step s < chunks: chunk s, K only (the maxima); step chunks + c: chunk c, K and V.
-  const int steps = 2 * chunks;
-  auto chunk_of = [&](int step) { return step < chunks ? step : step - chunks; };
-  // The keys of the next two steps (one page-table lookup per key), read when their copies are issued.
+  // The keys of the next two chunks (one page-table lookup per key), read when their copies are issued.
   __shared__ KeyRows sources[2][kAttentionChunk];
-  auto look_up = [&](int step) {
-    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
+  auto look_up = [&](int chunk) {
+    const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
     const int keys = chunk_keys(total_keys, first_key);
-    for (int jj = threadIdx.x; jj < keys; jj += blockDim.x) sources[step & 1][jj] = key_rows(a, w, b, first_key + jj, kv_head);
+    for (int jj = threadIdx.x; jj < keys; jj += blockDim.x) sources[chunk & 1][jj] = key_rows(a, w, b, first_key + jj, kv_head);
   };
-  auto stage = [&](int step, StagedRows which) {
-    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
-    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
-    const auto row_of = [&](int jj) { return sources[step & 1][jj]; };
+  auto stage = [&](int chunk, StagedRows which) {
+    const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(chunk & 1) * 2 * kTileBytes;
+    const auto row_of = [&](int jj) { return sources[chunk & 1][jj]; };
     stage_chunk<D>(row_of, a, first_key, chunk_keys(total_keys, first_key), w.length, first_read, k_tile, k_tile + kTileBytes,
-                   step >= chunks, pass_group, pass_ctas, which);
+                   true, pass_group, pass_ctas, which);
   };
   look_up(0);
-  look_up(1);  // steps >= 2: a window has at least one chunk
+  if (chunks > 1) look_up(1);
   __syncthreads();
   // The first chunk's window rows before the PDL wait (as the split-KV kernel), its block rows after.
   stage(0, StagedRows::kWindow);
@@ -487,9 +483,9 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
   uint32_t qf[D / 16][4];
   if (has_tile) load_query_fragments<D>(qf, a, rows, tile, lane);
 
-  float m0 = -INFINITY, m1 = -INFINITY;  // rows g and g + 8: maxima over the window
-  float l0 = 0.0f, l1 = 0.0f;            // Σ_c exp(m_c - m)·l_c
-  float acc[kWholeWindowMaxOwnPasses][8][4];  // Σ_c exp(m_c - m)·O_c of this CTA's passes
+  float m0 = -INFINITY, m1 = -INFINITY;  // rows g and g + 8: maxima over the chunks so far
+  float l0 = 0.0f, l1 = 0.0f;            // the folded l_c
+  float acc[kWholeWindowMaxOwnPasses][8][4];  // the folded O_c of this CTA's passes
 #pragma unroll
   for (int p = 0; p < kWholeWindowMaxOwnPasses; ++p) {
 #pragma unroll
@@ -499,25 +495,23 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
     }
   }
   const uint32_t k_lane = k_lane_offset<D>(lane), v_lane = v_lane_offset<D>(lane);
-  // One step's math for this warp's m-tile: the maxima (K only), or the chunk folded in.
-  auto math = [&](int step) {
-    const int64_t first_key = static_cast<int64_t>(chunk_of(step)) * kAttentionChunk;
-    const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
+  // One chunk's math for this warp's m-tile: its partials, folded in.
+  auto math = [&](int chunk) {
+    const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
+    const uint32_t k_tile = buffers + static_cast<uint32_t>(chunk & 1) * 2 * kTileBytes;
     float s[8][4];
     chunk_scores<D>(s, qf, k_tile + k_lane);
     const ChunkRows seen = chunk_rows(a, w.length, first_key, chunk_keys(total_keys, first_key), group, tile, g);
-    float chunk_m0, chunk_m1;
+    float chunk_m0, chunk_m1, chunk_l0, chunk_l1;
     chunk_scale_max(s, a.scale, seen, t, chunk_m0, chunk_m1);
-    if (step < chunks) {
-      m0 = fmaxf(m0, chunk_m0);
-      m1 = fmaxf(m1, chunk_m1);
-      return;
-    }
-    float chunk_l0, chunk_l1;
     chunk_exp_sum(s, seen, t, chunk_m0, chunk_m1, chunk_l0, chunk_l1);
-    const float w0 = expf(chunk_m0 - m0), w1 = expf(chunk_m1 - m1);  // the combine's weights
-    l0 = __fadd_rn(l0, __fmul_rn(w0, chunk_l0));
-    l1 = __fadd_rn(l1, __fmul_rn(w1, chunk_l1));
+    const float new_m0 = fmaxf(m0, chunk_m0), new_m1 = fmaxf(m1, chunk_m1);
+    const float acc_w0 = fold_weight(m0, new_m0), acc_w1 = fold_weight(m1, new_m1);
+    const float chunk_w0 = fold_weight(chunk_m0, new_m0), chunk_w1 = fold_weight(chunk_m1, new_m1);
+    m0 = new_m0;
+    m1 = new_m1;
+    l0 = fold_in(l0, acc_w0, chunk_w0, chunk_l0);
+    l1 = fold_in(l1, acc_w1, chunk_w1, chunk_l1);
 #pragma unroll
     for (int p = 0; p < kWholeWindowMaxOwnPasses; ++p) {
       const int pass = pass_group + p * pass_ctas;
@@ -528,13 +522,14 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          acc[p][n][e] = __fadd_rn(acc[p][n][e], __fmul_rn(e < 2 ? w0 : w1, __fadd_rn(hi[n][e], lo[n][e])));
+          acc[p][n][e] = fold_in(acc[p][n][e], e < 2 ? acc_w0 : acc_w1, e < 2 ? chunk_w0 : chunk_w1,
+                                 __fadd_rn(hi[n][e], lo[n][e]));
         }
       }
     }
   };
-  walk_steps(steps, stage, look_up, [&](int step) {
-    if (has_tile) math(step);
+  walk_steps(chunks, stage, look_up, [&](int chunk) {
+    if (has_tile) math(chunk);
   });
   if (!has_tile) return;
   // out = bf16(o / l): row g from elements 0, 1, row g + 8 from 2, 3.
@@ -563,10 +558,10 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
 
 // One warp per (block row, query head): merges the chunks in chunk order. Lane l takes columns
 // l, l + 32, ... (kColumns of them: head_dim <= 32·kColumns) and loads them for kLoads chunks at a
-// time, so the chunks' partials are in flight together; lane c of each tile of 32 chunks computes
-// chunk c's weight exp(m_c - m) and weighted sum exp(m_c - m)·l_c once, and shuffles give them to
-// every lane in chunk order. m = max_c m_c, l = Σ_c exp(m_c - m)·l_c and o = Σ_c exp(m_c - m)·O_c
-// in chunk order, out = bf16(o / l): the whole-window kernel's fold, the same operations.
+// time, so the chunks' partials are in flight together. Lane c of each tile of 32 chunks finds the
+// running maximum M_c (a prefix max over the lanes, exact in any order) and chunk c's two fold
+// weights once; shuffles give them to every lane in chunk order, which folds l and o with fold_in,
+// the whole-window kernel's operations. out = bf16(o / l).
 constexpr int kCombineWarps = 4;
 
 template <int kColumns>
@@ -590,19 +585,27 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(A
   const float* max_sum = a.partial_max_sum + base * 2;
   const float* partial = a.partial_out + base * d;
 
-  float m = -INFINITY;  // the max is exact in any order
-  for (int c = lane; c < chunks; c += 32) m = fmaxf(m, max_sum[c * 2]);
-  m = warp_max(m);
+  float m = -INFINITY;  // the running maximum before the current tile of 32 chunks
   float l = 0.0f, o[kColumns];
 #pragma unroll
   for (int k = 0; k < kColumns; ++k) o[k] = 0.0f;
   for (int c0 = 0; c0 < chunks; c0 += 32) {
-    float weight = 0.0f, weighted_sum = 0.0f;  // of chunk c0 + lane
+    float chunk_m = -INFINITY, chunk_l = 0.0f;  // of chunk c0 + lane
     if (c0 + lane < chunks) {
       const float2 ms = *reinterpret_cast<const float2*>(max_sum + (c0 + lane) * 2);
-      weight = expf(ms.x - m);
-      weighted_sum = __fmul_rn(weight, ms.y);
+      chunk_m = ms.x;
+      chunk_l = ms.y;
     }
+    float running = chunk_m;  // M of chunk c0 + lane: the prefix max
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const float other = __shfl_up_sync(0xffffffffu, running, offset);
+      if (lane >= offset) running = fmaxf(running, other);
+    }
+    running = fmaxf(running, m);
+    float before = __shfl_up_sync(0xffffffffu, running, 1);
+    if (lane == 0) before = m;
+    const float acc_weight = fold_weight(before, running), chunk_weight = fold_weight(chunk_m, running);
+    m = __shfl_sync(0xffffffffu, running, 31);
     const int count = min(32, chunks - c0);
     for (int j0 = 0; j0 < count; j0 += kLoads) {
       float x[kLoads][kColumns];
@@ -617,10 +620,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(A
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         if (j0 + j >= count) break;  // the whole warp leaves together
-        const float w = __shfl_sync(0xffffffffu, weight, j0 + j);
-        l = __fadd_rn(l, __shfl_sync(0xffffffffu, weighted_sum, j0 + j));
+        const float aw = __shfl_sync(0xffffffffu, acc_weight, j0 + j);
+        const float cw = __shfl_sync(0xffffffffu, chunk_weight, j0 + j);
+        l = fold_in(l, aw, cw, __shfl_sync(0xffffffffu, chunk_l, j0 + j));
 #pragma unroll
-        for (int k = 0; k < kColumns; ++k) o[k] = __fadd_rn(o[k], __fmul_rn(w, x[j][k]));
+        for (int k = 0; k < kColumns; ++k) o[k] = fold_in(o[k], aw, cw, x[j][k]);
       }
     }
   }

@@ -1,8 +1,9 @@
 // The building blocks of the attention kernels (attention.cu): where a sequence's keys live, and
 // the tensor-core work of one 64-key chunk for one m-tile of 16 query rows (S = Q·Kᵀ, the masked
-// softmax statistics, the exact P·V passes). The split-KV kernel stores each chunk's results as
-// partials for the combine; the whole-window kernel folds them in chunk order with the combine's
-// own operations. Both run these pieces, so both give the same bits.
+// softmax statistics, the P·V passes) and the fold of a chunk into the running results. The
+// split-KV kernel stores each chunk's results as partials for the combine; the whole-window kernel
+// folds them in chunk order as the combine does (fold_in). Both run these pieces, so both give the
+// same bits.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), lane = 4g + t:
 //   A (16x16): reg0 = (row g, cols 2t, 2t+1), reg1 = (row g+8, cols 2t, 2t+1),
@@ -19,12 +20,13 @@
 // hit distinct banks.
 //
 // Precision: scores are fp32 (bf16 products are exact) times the scale with __fmul_rn; p = expf(s -
-// m) in fp32. p is never rounded to bf16: it is split exactly into three bf16 parts p = hi + mid +
-// lo (hi = bf16_rn(p), mid = bf16_rn(p - hi), lo = p - hi - mid, each difference exact in fp32 and
-// lo exactly representable: 24 = 3 x 8 significant bits), and hi·V goes to one accumulator while
-// mid·V and lo·V go to a second one (at most 2^-8 of the first, so its rounding errors are
-// negligible); the two are added once, in fp32, at the end of the chunk. Every reduction has a
-// fixed order (mma k-steps in order, per-thread trees, xor shuffles), no atomics.
+// m) in fp32. p is split into two bf16 parts hi = bf16_rn(p), mid = bf16_rn(p - hi) (the difference
+// exact in fp32), so hi + mid is p within 2^-16 relative: the dropped remainder is at most 2^-8 of
+// p - hi, itself at most 2^-8 of p. hi·V goes to one accumulator, mid·V to a second one (at most
+// 2^-8 of the first, so its rounding errors are negligible); the two are added once, in fp32, at
+// the end of the chunk. (A third part made hi + mid + lo exact at a third mma per V tile: 75 µs
+// of the fp8 batch-32 propose's 3310, against an error 2^-8 below the bf16 store of the output.) Every
+// reduction has a fixed order (mma k-steps in order, per-thread trees, xor shuffles), no atomics.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -137,15 +139,11 @@ __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
   return (static_cast<uint32_t>(__bfloat16_as_ushort(v.y)) << 16) | __bfloat16_as_ushort(v.x);
 }
 
-// (x0, x1) = hi + mid + lo exactly, each part a bf16 pair (x0 in the low half).
-__device__ __forceinline__ void split_bf16x3(float x0, float x1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+// (x0, x1) ~ hi + mid, each part a bf16 pair (x0 in the low half), within 2^-16 relative.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& mid) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float r0 = __fsub_rn(x0, __low2float(h)), r1 = __fsub_rn(x1, __high2float(h));
-  const __nv_bfloat162 m = __floats2bfloat162_rn(r0, r1);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(__fsub_rn(r0, __low2float(m)), __fsub_rn(r1, __high2float(m)));
   hi = bf16x2_bits(h);
-  mid = bf16x2_bits(m);
-  lo = bf16x2_bits(l);
+  mid = bf16x2_bits(__floats2bfloat162_rn(__fsub_rn(x0, __low2float(h)), __fsub_rn(x1, __high2float(h))));
 }
 
 // A CTA's query rows for one kv head: row r = (block row r / group, head kv_head·group + r % group),
@@ -299,6 +297,17 @@ __device__ __forceinline__ void chunk_exp_sum(float (&s)[8][4], const ChunkRows&
   l1 = __fadd_rn(l1, __shfl_xor_sync(0xffffffffu, l1, 2));
 }
 
+// The fold of chunk c into the running results, in chunk order, shared by the whole-window kernel
+// and the combine: M_c = max(M_{c-1}, m_c), acc_c = acc_{c-1}·exp(M_{c-1} - M_c) + exp(m_c - M_c)·x_c
+// for x = l and each element of O. A weight from -inf (no key seen yet, or none in the chunk) is 0,
+// not the NaN of exp(-inf - -inf); an unchanged maximum gives exp(0) = 1 exactly.
+__device__ __forceinline__ float fold_weight(float from, float to) {
+  return from == -INFINITY ? 0.0f : expf(from - to);
+}
+__device__ __forceinline__ float fold_in(float acc, float acc_weight, float chunk_weight, float chunk_value) {
+  return __fadd_rn(__fmul_rn(acc, acc_weight), __fmul_rn(chunk_weight, chunk_value));
+}
+
 // One 64-column P·V pass over the chunk: columns pass·64 .. pass·64 + 63 of the unnormalized O,
 // element (n, e) = hi[n][e] + lo[n][e] (rows g: e = 0, 1; g + 8: e = 2, 3; column n·8 + 2t + e % 2).
 template <int D>
@@ -313,21 +322,19 @@ __device__ __forceinline__ void chunk_pv_pass(float (&hi)[8][4], float (&lo)[8][
 #pragma unroll
   for (int kk = 0; kk < kAttentionChunk / 16; ++kk) {
     // A fragment of keys 16kk..16kk+15 from S n-tiles 2kk (cols 2t, 2t+1) and 2kk+1 (cols 2t+8, 2t+9).
-    uint32_t ph[4], pm[4], pl[4];
-    split_bf16x3(p[2 * kk][0], p[2 * kk][1], ph[0], pm[0], pl[0]);          // row g
-    split_bf16x3(p[2 * kk][2], p[2 * kk][3], ph[1], pm[1], pl[1]);          // row g + 8
-    split_bf16x3(p[2 * kk + 1][0], p[2 * kk + 1][1], ph[2], pm[2], pl[2]);  // row g
-    split_bf16x3(p[2 * kk + 1][2], p[2 * kk + 1][3], ph[3], pm[3], pl[3]);  // row g + 8
+    uint32_t ph[4], pm[4];
+    split_bf16x2(p[2 * kk][0], p[2 * kk][1], ph[0], pm[0]);          // row g
+    split_bf16x2(p[2 * kk][2], p[2 * kk][3], ph[1], pm[1]);          // row g + 8
+    split_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1], ph[2], pm[2]);  // row g
+    split_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3], ph[3], pm[3]);  // row g + 8
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       uint32_t vb[4];
       ldmatrix_x4_trans(vb, v_address + static_cast<uint32_t>((kk * 16 * kStride + pass * kPassColumns + np * 16) * 2));
       mma_bf16_16816(hi[2 * np], ph, vb[0], vb[1]);
       mma_bf16_16816(lo[2 * np], pm, vb[0], vb[1]);
-      mma_bf16_16816(lo[2 * np], pl, vb[0], vb[1]);
       mma_bf16_16816(hi[2 * np + 1], ph, vb[2], vb[3]);
       mma_bf16_16816(lo[2 * np + 1], pm, vb[2], vb[3]);
-      mma_bf16_16816(lo[2 * np + 1], pl, vb[2], vb[3]);
     }
   }
 }
