@@ -185,13 +185,13 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
 // block rows (qk_norm_rope's output) only after it.
 enum class StagedRows { kWindow, kBlock, kAll };
 
-// Stages the K rows of keys [first_key, first_key + 64) and, when with_v, the V columns of the P·V
+// Stages the K rows of keys [first_key, first_key + 64) and the V columns of the P·V
 // passes pass_group, pass_group + pass_ctas, ... (only those are read) into tiles of
 // row_stride<D>() elements per row. row_of(jj) gives the KeyRows of key first_key + jj.
 template <int D, typename RowOf>
 __device__ __forceinline__ void stage_chunk(const RowOf& row_of, const AttentionArgs& a, int64_t first_key, int keys,
                                             int window_length, int64_t first_read, uint32_t k_tile, uint32_t v_tile,
-                                            bool with_v, int pass_group, int pass_ctas, StagedRows which) {
+                                            int pass_group, int pass_ctas, StagedRows which) {
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
   for (int idx = threadIdx.x; idx < kAttentionChunk * kPieces; idx += blockDim.x) {
     const int jj = idx / kPieces, piece = idx % kPieces;
@@ -201,7 +201,7 @@ __device__ __forceinline__ void stage_chunk(const RowOf& row_of, const Attention
       if (valid ? (first_key + jj < window_length) != window_pass : !window_pass) continue;
     }
     const uint32_t offset = static_cast<uint32_t>((jj * row_stride<D>() + piece * 8) * 2);
-    const bool v_read = with_v && (piece * 8 / kPassColumns) % pass_ctas == pass_group;
+    const bool v_read = (piece * 8 / kPassColumns) % pass_ctas == pass_group;
     if (!valid) {
       cp_async_16(k_tile + offset, a.k_block, 0);
       if (v_read) cp_async_16(v_tile + offset, a.v_block, 0);
@@ -309,10 +309,10 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   __syncthreads();
   const int64_t first_read = first_visible_key(a, w.length, 0);
   const auto row_of = [&](int jj) { return sources[jj]; };
-  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, true, pass_group, pass_ctas,
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, pass_group, pass_ctas,
                  StagedRows::kWindow);
   pdl_wait();
-  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, true, pass_group, pass_ctas,
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, pass_group, pass_ctas,
                  StagedRows::kBlock);
   cp_async_commit();
   // This warp's first m-tile of queries: the loads overlap the block rows' copy.
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(Attentio
     const int64_t first_key = static_cast<int64_t>(first_chunk + step) * kAttentionChunk;
     const uint32_t k_tile = buffers + static_cast<uint32_t>(step & 1) * 2 * kTileBytes;
     const auto row_of = [&](int jj) { return sources[step & 1][jj]; };
-    stage_chunk<D>(row_of, a, first_key, keys_of(step), w.length, first_read, k_tile, k_tile + kTileBytes, true, 0, 1,
+    stage_chunk<D>(row_of, a, first_key, keys_of(step), w.length, first_read, k_tile, k_tile + kTileBytes, 0, 1,
                    which);
   };
   look_up(0);
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
     const uint32_t k_tile = buffers + static_cast<uint32_t>(chunk & 1) * 2 * kTileBytes;
     const auto row_of = [&](int jj) { return sources[chunk & 1][jj]; };
     stage_chunk<D>(row_of, a, first_key, chunk_keys(total_keys, first_key), w.length, first_read, k_tile, k_tile + kTileBytes,
-                   true, pass_group, pass_ctas, which);
+                   pass_group, pass_ctas, which);
   };
   look_up(0);
   if (chunks > 1) look_up(1);
