@@ -75,9 +75,9 @@ __global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(cons
 
 // The vector form: lane l of a warp holds columns 4l..4l+3 of a 128-column segment of one row
 // (16-byte loads and stores). Each thread finishes its four values with the warp form's operations;
-// the SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best,
-// a thread's four values first, then three xor shuffles (argmax_better is a total order, so every
-// tree picks the warp form's winner). Each warp takes kSegments consecutive segments, their loads
+// the SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best:
+// the warp form's winner under argmax_better's total order, found by the maximum and the first
+// column equal to it, or, where the warp's columns hold a NaN, by that order itself. Each warp takes kSegments consecutive segments, their loads
 // issued together and their shuffle rounds interleaved. Needs n, every leading dimension and base
 // pointer aligned to four floats (vector_epilogue_fits). kAccOnly: no scale, bias or residual to
 // read (the libraries' scaled products, finished by SwiGLU or the argmax partials): with only the
@@ -86,6 +86,13 @@ constexpr int kVectorWarps = 8;
 constexpr int kVectorSegments = 4;
 constexpr int kVectorSegmentsAccOnly = 8;
 constexpr int kVectorColumns = 128;  // per segment: 32 lanes x 4
+
+// max(a, b), NaN if either is NaN (fmaxf would drop it).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 __device__ __forceinline__ void argmax4(const float (&v)[4], int64_t col0, int64_t n, float& best, int& index) {
   best = -INFINITY;
@@ -123,10 +130,8 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
                         : zero;
     }
   }
-  // Each segment's values and stores, and its thread's best of four; then the argmax shuffles of
-  // all segments together (independent chains, so their latencies overlap).
-  float best[kSegments];
-  int index[kSegments];
+  // Each segment's values and stores; the argmax below reads the values (-inf past n).
+  float vals[kSegments][4];
 #pragma unroll
   for (int s = 0; s < kSegments; ++s) {
     const int64_t col = (first_segment + s) * kVectorColumns + 4 * lane;
@@ -148,6 +153,7 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
       in.scale = sc[j];
       in.bias = bi[j];
       v[j] = epilogue_value(e, a[j], in);  // with kAccOnly, e has no scale or bias: v = acc
+      vals[s][j] = valid ? v[j] : -INFINITY;
     }
     if (valid) {
       if (e.ep.out != nullptr) {
@@ -166,19 +172,60 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
                                            col / 2) = pair;
       }
     }
-    if (e.ep.argmax_value != nullptr) argmax4(v, col, e.n, best[s], index[s]);  // past n: -inf at INT_MAX
   }
   if (e.ep.argmax_value == nullptr) return;
+  float best[kSegments];
+  int index[kSegments];
+  // Each 32-column block's maximum over its 8 lanes, NaN if the block holds one (max_nan).
+  float top[kSegments];
 #pragma unroll
-  for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {  // a block's 8 lanes
+  for (int s = 0; s < kSegments; ++s) top[s] = max_nan(max_nan(vals[s][0], vals[s][1]), max_nan(vals[s][2], vals[s][3]));
+#pragma unroll
+  for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s) top[s] = max_nan(top[s], __shfl_xor_sync(0xffffffffu, top[s], offset));
+  }
+  bool has_nan = false;
+#pragma unroll
+  for (int s = 0; s < kSegments; ++s) has_nan |= isnan(top[s]);
+  if (__any_sync(0xffffffffu, has_nan)) {
+    // A NaN in the warp's columns: argmax_better's total order, a thread's four values first, then
+    // three xor shuffles over a block's 8 lanes (all segments' chains interleaved).
 #pragma unroll
     for (int s = 0; s < kSegments; ++s) {
-      const float other = __shfl_xor_sync(0xffffffffu, best[s], offset);
-      const int other_index = __shfl_xor_sync(0xffffffffu, index[s], offset);
-      if (argmax_better(other, other_index, best[s], index[s])) {
-        best[s] = other;
-        index[s] = other_index;
+      argmax4(vals[s], (first_segment + s) * kVectorColumns + 4 * lane, e.n, best[s], index[s]);
+    }
+#pragma unroll
+    for (int offset = 1; offset < static_cast<int>(kArgmaxBlock) / 4; offset <<= 1) {
+#pragma unroll
+      for (int s = 0; s < kSegments; ++s) {
+        const float other = __shfl_xor_sync(0xffffffffu, best[s], offset);
+        const int other_index = __shfl_xor_sync(0xffffffffu, index[s], offset);
+        if (argmax_better(other, other_index, best[s], index[s])) {
+          best[s] = other;
+          index[s] = other_index;
+        }
       }
+    }
+  } else {
+    // No NaN (the common case): the same winner in fewer instructions. The block's maximum (exact
+    // in any order), then its lowest column holding a value equal to it: the first of the block's
+    // 8 lanes with a match (a ballot), that lane's first match. The stored value is that column's
+    // own (±0 compare equal but differ in bits).
+    const int group_lane = lane & ~7;
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s) {
+      const unsigned bits = (vals[s][0] == top[s] ? 1u : 0u) | (vals[s][1] == top[s] ? 2u : 0u) |
+                            (vals[s][2] == top[s] ? 4u : 0u) | (vals[s][3] == top[s] ? 8u : 0u);
+      const unsigned group = (__ballot_sync(0xffffffffu, bits != 0u) >> group_lane) & 0xffu;  // never 0
+      int source = group_lane + __ffs(group) - 1;
+      DFLASH_DEVICE_MUTATE(kArgmaxTieOrder, source = group_lane + 31 - __clz(group));
+      const unsigned source_bits = __shfl_sync(0xffffffffu, bits, source);
+      int bit = __ffs(source_bits) - 1;
+      DFLASH_DEVICE_MUTATE(kArgmaxTieOrder, bit = 31 - __clz(source_bits));
+      const float mine = bit == 0 ? vals[s][0] : bit == 1 ? vals[s][1] : bit == 2 ? vals[s][2] : vals[s][3];
+      best[s] = __shfl_sync(0xffffffffu, mine, source);
+      index[s] = static_cast<int>((first_segment + s) * kVectorColumns + 4 * source + bit);
     }
   }
 #pragma unroll

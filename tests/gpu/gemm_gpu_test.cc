@@ -498,8 +498,10 @@ TEST_F(GemmTest, MmaCtaWidthsAndLayoutsChangeNoBit) {
 }
 
 // The epilogue kernel's two forms (gemm.h EpilogueKernel) on the same fp32 products: every output
-// (out, residual, SwiGLU, argmax partials, all at once) must be the same bits. The products hold
-// NaN, ±inf and runs of equal values (argmax ties); the shapes leave the last 32-column block
+// (out, residual, SwiGLU, argmax partials, all at once) must be the same bits. Three sets of
+// products: NaN, ±inf and runs of equal values (argmax ties; the vector form's argmax by the total
+// order); the same without NaN (its argmax by the maximum and first match); non-positive values
+// with -0 before +0 and -inf (blocks whose maximum is a signed zero). The shapes leave the last 32-column block
 // partly past n, pad the leading dimension, and give n % 4 != 0 (the vector form then runs the warp
 // form). Without scale, bias and residual the vector form reads only the products (its acc-only
 // instantiation, twice the columns per CTA): those cases span several CTAs and end in a partial one.
@@ -519,49 +521,57 @@ TEST_F(GemmTest, EpilogueFormsGiveTheSameBits) {
                         {9, 1000, 1000, WeightFormat::kBf16, false, false},    // acc-only, one partial CTA
                         {2, 4100, 4100, WeightFormat::kE4M3, false, false}};   // scaled, no residual
   constexpr uint64_t kSeed = 57;
-  for (const Case& c : cases) {
-    const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " ld=" + std::to_string(c.ld_raw) +
-                             (c.residual ? "" : " no residual");
-    std::vector<float> raw(static_cast<size_t>(c.m * c.ld_raw)), scale(static_cast<size_t>(c.n)),
-        bias(static_cast<size_t>(c.n)), residual0(static_cast<size_t>(c.m * c.n));
-    for (size_t i = 0; i < raw.size(); ++i) {
-      const uint64_t kind = i % 97;  // specials at fixed places, a tied run in every row
-      raw[i] = kind == 3 ? NAN : kind == 5 ? INFINITY : kind == 7 ? -INFINITY
-               : (i % 50) < 6 ? 2.5f : random_bf16(kSeed, 1, i, -4.0f, 4.0f);
+  for (int products = 0; products < 3; ++products) {
+    for (const Case& c : cases) {
+      const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " ld=" + std::to_string(c.ld_raw) +
+                               (c.residual ? "" : " no residual") +
+                               (products == 0 ? "" : products == 1 ? " no NaN" : " signed zeros");
+      std::vector<float> raw(static_cast<size_t>(c.m * c.ld_raw)), scale(static_cast<size_t>(c.n)),
+          bias(static_cast<size_t>(c.n)), residual0(static_cast<size_t>(c.m * c.n));
+      for (size_t i = 0; i < raw.size(); ++i) {
+        const uint64_t kind = i % 97;  // specials at fixed places, a tied run in every row
+        const float r = random_bf16(kSeed, 1, i, -4.0f, 4.0f);
+        if (products == 2) {
+          raw[i] = kind == 3 ? -0.0f : kind == 5 ? 0.0f : kind == 7 ? -INFINITY : -std::fabs(r);
+        } else {
+          raw[i] = kind == 3 ? (products == 0 ? NAN : 2.5f) : kind == 5 ? INFINITY : kind == 7 ? -INFINITY
+                   : (i % 50) < 6 ? 2.5f : r;
+        }
+      }
+      for (size_t i = 0; i < scale.size(); ++i) {
+        scale[i] = random_bf16(kSeed, 2, i, 0.01f, 0.1f);
+        bias[i] = random_bf16(kSeed, 3, i, -0.5f, 0.5f);
+      }
+      for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(kSeed, 4, i, -3.0f, 3.0f);
+      const DeviceBuffer<float> d_scale = gpu_test::to_device(scale), d_bias = gpu_test::to_device(bias);
+      DeviceMatrixView w;
+      w.format = c.format;
+      w.n = c.n;
+      w.scale = c.format == WeightFormat::kE4M3 ? d_scale.get() : nullptr;
+      w.bias = c.bias ? d_bias.get() : nullptr;
+      auto outputs = [&](EpilogueKernel kernel, const std::vector<float>& sums) {
+        const DeviceBuffer<float> d_raw = gpu_test::to_device(sums);
+        AllEpilogues outs(c.m, c.n, residual0);
+        launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, outs.epilogue(c.residual), kernel);
+        EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+        return outs.bits();
+      };
+      auto mismatches = [](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+        size_t count = 0;
+        for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
+        return count;
+      };
+      const std::vector<uint32_t> warp = outputs(EpilogueKernel::kWarp, raw);
+      const std::vector<uint32_t> vector = outputs(EpilogueKernel::kVector, raw);
+      ASSERT_EQ(vector.size(), warp.size());
+      EXPECT_EQ(mismatches(vector, warp), 0u) << what;
+      // Negative control: one finite product changed (row 1, column 11) changes an output.
+      std::vector<float> planted = raw;
+      const size_t at = static_cast<size_t>((c.m > 1 ? c.ld_raw : 0) + 11);
+      planted[at] = planted[at] * 1.5f + 1.0f;
+      EXPECT_GT(mismatches(outputs(EpilogueKernel::kVector, planted), warp), 0u) << what << ": negative control";
+      std::printf("[gemm] epilogue forms %-24s %zu words equal\n", what.c_str(), warp.size());
     }
-    for (size_t i = 0; i < scale.size(); ++i) {
-      scale[i] = random_bf16(kSeed, 2, i, 0.01f, 0.1f);
-      bias[i] = random_bf16(kSeed, 3, i, -0.5f, 0.5f);
-    }
-    for (size_t i = 0; i < residual0.size(); ++i) residual0[i] = random_bf16(kSeed, 4, i, -3.0f, 3.0f);
-    const DeviceBuffer<float> d_scale = gpu_test::to_device(scale), d_bias = gpu_test::to_device(bias);
-    DeviceMatrixView w;
-    w.format = c.format;
-    w.n = c.n;
-    w.scale = c.format == WeightFormat::kE4M3 ? d_scale.get() : nullptr;
-    w.bias = c.bias ? d_bias.get() : nullptr;
-    auto outputs = [&](EpilogueKernel kernel, const std::vector<float>& products) {
-      const DeviceBuffer<float> d_raw = gpu_test::to_device(products);
-      AllEpilogues outs(c.m, c.n, residual0);
-      launch_gemm_epilogue(stream_, d_raw.get(), c.ld_raw, c.m, w, outs.epilogue(c.residual), kernel);
-      EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
-      return outs.bits();
-    };
-    auto mismatches = [](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
-      size_t count = 0;
-      for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
-      return count;
-    };
-    const std::vector<uint32_t> warp = outputs(EpilogueKernel::kWarp, raw);
-    const std::vector<uint32_t> vector = outputs(EpilogueKernel::kVector, raw);
-    ASSERT_EQ(vector.size(), warp.size());
-    EXPECT_EQ(mismatches(vector, warp), 0u) << what;
-    // Negative control: one finite product changed (row 1, column 11) changes an output.
-    std::vector<float> planted = raw;
-    const size_t at = static_cast<size_t>((c.m > 1 ? c.ld_raw : 0) + 11);
-    planted[at] = planted[at] * 1.5f + 1.0f;
-    EXPECT_GT(mismatches(outputs(EpilogueKernel::kVector, planted), warp), 0u) << what << ": negative control";
-    std::printf("[gemm] epilogue forms %-24s %zu words equal\n", what.c_str(), warp.size());
   }
 }
 
