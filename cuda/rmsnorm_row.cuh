@@ -22,6 +22,9 @@ namespace rmsnorm_row {
 constexpr int kVirtualThreads = 512;
 constexpr int kVirtualWarps = kVirtualThreads / 32;
 constexpr int kMaxVecs = 8;  // float4 per virtual thread: rows of up to 16384 columns
+// Rows of up to 4096 columns need only 2: a kernel compiled for that holds a quarter of the
+// registers (and its weights as well, loaded early, at two CTAs per SM).
+constexpr int kShortRowVecs = 2;
 
 // 1 / sqrt(mean + eps) with IEEE sqrt and division.
 __device__ __forceinline__ float inverse_rms(float sum_squares, int64_t cols, float eps) {
@@ -35,18 +38,19 @@ __device__ __forceinline__ int virtual_thread(int j) {
   return static_cast<int>(threadIdx.x) + j * (kVirtualThreads / V);
 }
 
-// x[j][i] is float4 number i·512 + virtual_thread(j) of the row (only those below `vecs` are read).
+// x[j][i] is float4 number i·512 + virtual_thread(j) of the row (only those below `vecs` are read;
+// N float4s per virtual thread, vecs <= 512·N).
 // Returns 1 / rms of the row; scratch: kVirtualWarps floats of shared memory. Every thread of the
 // CTA calls it (two __syncthreads inside).
-template <int V>
-__device__ __forceinline__ float row_inverse_rms(const float4 (&x)[V][kMaxVecs], int vecs, int64_t cols, float eps,
+template <int V, int N>
+__device__ __forceinline__ float row_inverse_rms(const float4 (&x)[V][N], int vecs, int64_t cols, float eps,
                                                  float* scratch) {
   float ss[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     ss[j] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxVecs; ++i) {
+    for (int i = 0; i < N; ++i) {
       if (i * kVirtualThreads + virtual_thread<V>(j) < vecs) {
         ss[j] = fmaf(x[j][i].x, x[j][i].x, ss[j]);
         ss[j] = fmaf(x[j][i].y, x[j][i].y, ss[j]);
@@ -68,11 +72,27 @@ __device__ __forceinline__ float row_inverse_rms(const float4 (&x)[V][kMaxVecs],
   return inverse_rms(r, cols, eps);
 }
 
-// out[row] = bf16(x · r · weight), and the draft copy of rows i >= 1 of each block (RmsNormArgs).
-template <int V>
-__device__ __forceinline__ void store_row(const RmsNormArgs& a, int64_t row, const float4 (&x)[V][kMaxVecs], int vecs,
-                                          float r) {
+// The weight's float4s that store_row multiplies x[j][i] by. No kernel of a forward writes the
+// weights, so a kernel may load them before its PDL wait (their latency then overlaps the kernel
+// before it).
+template <int V, int N>
+__device__ __forceinline__ void load_weights(const RmsNormArgs& a, int vecs, float4 (&w)[V][N]) {
   const float4* weight = reinterpret_cast<const float4*>(a.weight);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int v = i * kVirtualThreads + virtual_thread<V>(j);
+      if (v < vecs) w[j][i] = weight[v];
+    }
+  }
+}
+
+// out[row] = bf16(x · r · weight), and the draft copy of rows i >= 1 of each block (RmsNormArgs);
+// weight: from load_weights, or with kLoad each float4 read as it is used (fewer live registers).
+template <int V, int N, bool kLoad>
+__device__ __forceinline__ void store_row(const RmsNormArgs& a, int64_t row, const float4 (&x)[V][N],
+                                          const float4 (&weight)[V][N], int vecs, float r) {
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + row * a.ld_out;
   __nv_bfloat16* draft = nullptr;
   if (a.draft_out != nullptr && row % a.block_width >= 1) {
@@ -83,10 +103,10 @@ __device__ __forceinline__ void store_row(const RmsNormArgs& a, int64_t row, con
 #pragma unroll
   for (int j = 0; j < V; ++j) {
 #pragma unroll
-    for (int i = 0; i < kMaxVecs; ++i) {
+    for (int i = 0; i < N; ++i) {
       const int v = i * kVirtualThreads + virtual_thread<V>(j);
       if (v < vecs) {
-        const float4 w = weight[v];
+        const float4 w = kLoad ? reinterpret_cast<const float4*>(a.weight)[v] : weight[j][i];
         __nv_bfloat162 lo, hi;
         lo.x = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[j][i].x, r), w.x));
         lo.y = __float2bfloat16_rn(__fmul_rn(__fmul_rn(x[j][i].y, r), w.y));
