@@ -45,8 +45,11 @@ bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
 
 int gemm_cutlass_tile_rows(int requested, int64_t m, int64_t n, int sm_count) {
   if (requested != 0) return requested;
-  const int64_t wide_tiles = (n + 127) / 128 * ((m + 255) / 256);
-  return m > 128 && sm_count > 0 && wide_tiles >= 2 * static_cast<int64_t>(sm_count) ? 256 : 128;
+  if (m <= 128 || sm_count < 1) return 128;
+  const int64_t sms = sm_count;
+  const int64_t tiles = (n + 127) / 128 * ((m + 127) / 128);       // of 128 activation rows
+  const int64_t wide_tiles = (n + 127) / 128 * ((m + 255) / 256);  // of 256
+  return wide_tiles >= 2 * sms || (tiles > sms && tiles < 2 * sms) ? 256 : 128;
 }
 
 namespace {

@@ -97,10 +97,12 @@ int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, i
 
 // The activation rows per tile of the kCutlass GEMM for m rows of an [n, *] weight: the requested
 // 128 or 256, or with requested = 0 256 where m > 128 (up to 256 rows, one wide tile wastes no more
-// than two of 128) and its tiles (128 weight rows × 256) still number at least two per SM, else
-// 128. Wider tiles convert each E4M3 weight tile once for twice the products (lm_head and gate|up at
-// m = 512: 11-15 % faster), but leave SMs idle where they are few (o and down at m = 512: 7-24 %
-// slower; docs/benchmarks.md).
+// than two of 128) and either its tiles (128 weight rows × 256) still number at least two per SM or
+// the 128-row tiles number between one and two per SM, else 128. Wider tiles convert each E4M3
+// weight tile once for twice the products (lm_head and gate|up at m = 512: 11-15 % faster), but
+// leave SMs idle where they are few (o and down at m = 512: 7-24 % slower). Where 128-row tiles
+// would spill a partial second wave (q|k|v at m = 512: 192 tiles), the wide ones fill under one
+// wave without stream-K's split and its workspace clear (docs/benchmarks.md).
 int gemm_cutlass_tile_rows(int requested, int64_t m, int64_t n, int sm_count);
 
 // The CTA width of the kMma kernel's 64-row tiles (m > 16), for m rows of an [n, *] weight. bf16

@@ -168,8 +168,8 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
                                              : "vector (four columns per thread; library and fallback GEMMs)");
   d.emplace_back("kernel.cutlass_tile",
                  plan.cutlass_tile_rows == 0
-                     ? "auto (256 activation rows per tile above 128 rows where that still gives two tiles per SM, "
-                       "else 128)"
+                     ? "auto (256 activation rows per tile above 128 rows where that still gives two tiles per SM "
+                       "or 128-row tiles would give between one and two, else 128)"
                      : std::to_string(plan.cutlass_tile_rows) + " activation rows per tile");
   d.emplace_back("kernel.selector_topk", plan.selector_topk == SelectorTopK::kPlain
                                              ? "plain (K passes over the row; DFlash2 only)"

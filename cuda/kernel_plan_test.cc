@@ -41,9 +41,14 @@ TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   EXPECT_EQ(gemm_mma_columns(128, 64, 151936, e4m3, 132), 32);
 }
 
-// The CUTLASS tile height: 256 activation rows only where their tiles still number two per SM.
+// The CUTLASS tile height: 256 activation rows where their tiles still number two per SM, or where
+// 128-row tiles would number between one and two per SM.
 TEST(KernelPlan, CutlassTileRowsFollowTheShape) {
   EXPECT_EQ(gemm_cutlass_tile_rows(0, 512, 24576, 132), 256);   // gate|up at batch 32: 384 wide tiles
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 512, 6144, 132), 256);    // q|k|v at batch 32: 192 tiles of 128
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 1024, 4096, 132), 256);   // o and down at batch 64: 256 tiles of 128
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 256, 6144, 132), 128);    // q|k|v at batch 16: 96 tiles, one wave
+  EXPECT_EQ(gemm_cutlass_tile_rows(0, 2048, 4096, 132), 128);   // 512 tiles of 128, 256 wide: neither rule
   EXPECT_EQ(gemm_cutlass_tile_rows(0, 480, 151936, 132), 256);  // lm_head at batch 32
   EXPECT_EQ(gemm_cutlass_tile_rows(0, 240, 151936, 132), 256);  // lm_head at batch 16
   EXPECT_EQ(gemm_cutlass_tile_rows(0, 256, 24576, 132), 128);   // 192 wide tiles: under two per SM
