@@ -77,11 +77,12 @@ __global__ void __launch_bounds__(kEpilogueWarps * 32) gemm_epilogue_kernel(cons
 // (16-byte loads and stores). Each thread finishes its four values with the warp form's operations;
 // the SwiGLU pairs lie inside a thread, and the argmax of a 32-column block is its eight lanes' best:
 // the warp form's winner under argmax_better's total order, found by the maximum and the first
-// column equal to it, or, where the warp's columns hold a NaN, by that order itself. Each warp takes kSegments consecutive segments, their loads
-// issued together and their shuffle rounds interleaved. Needs n, every leading dimension and base
-// pointer aligned to four floats (vector_epilogue_fits). kAccOnly: no scale, bias or residual to
-// read (the libraries' scaled products, finished by SwiGLU or the argmax partials): with only the
-// products held in registers, twice the segments' loads are in flight.
+// column equal to it, or, where the warp's columns hold a NaN, by that order itself. Each warp
+// takes kSegments consecutive segments, their loads issued together and their shuffle rounds
+// interleaved. Needs n, every leading dimension and base pointer aligned to four floats
+// (vector_epilogue_fits). kAccOnly: no scale, bias or residual to read (the libraries' scaled
+// products, finished by SwiGLU or the argmax partials): with only the products held in registers,
+// twice the segments' loads are in flight.
 constexpr int kVectorWarps = 8;
 constexpr int kVectorSegments = 4;
 constexpr int kVectorSegmentsAccOnly = 8;

@@ -22,8 +22,8 @@ namespace rmsnorm_row {
 constexpr int kVirtualThreads = 512;
 constexpr int kVirtualWarps = kVirtualThreads / 32;
 constexpr int kMaxVecs = 8;  // float4 per virtual thread: rows of up to 16384 columns
-// Rows of up to 4096 columns need only 2: a kernel compiled for that holds a quarter of the
-// registers (and its weights as well, loaded early, at two CTAs per SM).
+// Rows of up to 4096 columns need only 2: a kernel compiled for that holds the row and its weights
+// in 32 registers, four CTAs of 512 threads per SM.
 constexpr int kShortRowVecs = 2;
 
 // 1 / sqrt(mean + eps) with IEEE sqrt and division.
