@@ -47,7 +47,8 @@
 #     a call's 600 s: --no-propose-bench in one call, --propose-only in the next).
 #     --batched-geometry runs only what the default pass leaves out for time: CUDA vs the CPU
 #     reference at Qwen3-8B in batches of 8 and 32 (128 and 512 block rows: the library GEMMs of
-#     gemm_m64=library at the real shapes), bf16 and fp8; its own call.
+#     gemm_m64=library at the real shapes), bf16 and fp8. All three tests exceed one call:
+#     --batched-geometry=8 (both modes, ~90 s), =32-bf16 and =32-fp8 (each most of a call) run one.
 #     --sanitize runs compute-sanitizer instead of everything else (its own call: the tools slow
 #     the kernels tenfold and more): memcheck, racecheck, synccheck and initcheck, each over a
 #     subset of gpu_drafter_test (graph replay against eager in fp8 at head_dim 64 and 16, the
@@ -71,7 +72,8 @@
 #     failure. Exit 0 when every mutation is caught as declared and the control is clean.
 # Example:
 #   ci/gpu-gate.sh && run(command="ci/gpu-gate.sh --remote --no-propose-bench", carry=[".gpu"], timeout_s=600)
-#   then run(command="ci/gpu-gate.sh --remote --batched-geometry", carry=[".gpu"], timeout_s=600)
+#   then run(command="ci/gpu-gate.sh --remote --batched-geometry=8", carry=[".gpu"], timeout_s=600)
+#   (and =32-bf16, =32-fp8, a call each)
 #   and run(command="ci/gpu-gate.sh --remote --propose-only", carry=[".gpu"], timeout_s=600)
 #   then run(command="ci/gpu-gate.sh --remote --sanitize", carry=[".gpu"], timeout_s=600)
 #   ci/gpu-gate.sh --mutations && run(command="ci/gpu-gate.sh --remote --mutations", carry=[".gpu-mutations"], timeout_s=600)
@@ -92,6 +94,9 @@ sanitize_filter=""
 gemm_bench=1
 propose=1
 batched_geometry=0
+# CUDA vs the reference at Qwen3-8B in batches of 8 and 32 (the library GEMMs at the real shapes):
+# the CPU reference of 32 sequences needs most of a call per mode.
+batched_geometry_filter="CudaVsReferenceRealGeometry.*_Batch*"
 propose_only=0
 mutations=0
 mutation_ids=""
@@ -114,6 +119,9 @@ while (($#)); do
     --no-gemm-bench) gemm_bench=0 ;;
     --no-propose-bench) propose=0 ;;
     --batched-geometry) batched_geometry=1 ;;
+    --batched-geometry=8) batched_geometry=1; batched_geometry_filter="CudaVsReferenceRealGeometry.Qwen3_8B_Batch8" ;;
+    --batched-geometry=32-bf16) batched_geometry=1; batched_geometry_filter="CudaVsReferenceRealGeometry.Qwen3_8B_Batch32_Bf16" ;;
+    --batched-geometry=32-fp8) batched_geometry=1; batched_geometry_filter="CudaVsReferenceRealGeometry.Qwen3_8B_Batch32_Fp8" ;;
     --propose-only) propose_only=1; gemm_bench=0 ;;
     --mutations) mutations=1 ;;
     --mutation-ids) mutation_ids=$2; shift ;;
@@ -129,9 +137,6 @@ fi
 
 gpu_tests=(gpu_fp8_quant_test gpu_gemm_test gpu_gemm_nvfp4_test gpu_gemm_cutlass_mixed_test gpu_attention_test gpu_rope_test gpu_selector_test gpu_fault_test gpu_drafter_test gpu_vs_reference_test gpu_kv_readback_test)
 property_tests=(properties_drafter_test)
-# CUDA vs the reference at Qwen3-8B in batches of 8 and 32 (the library GEMMs at the real shapes):
-# the CPU reference of 32 sequences needs most of a call.
-batched_geometry_filter="CudaVsReferenceRealGeometry.*_Batch*"
 
 if ((remote == 0 && mutations)); then
   set -e
