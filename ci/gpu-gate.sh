@@ -47,8 +47,8 @@
 #     a call's 600 s: --no-propose-bench in one call, --propose-only in the next).
 #     --batched-geometry runs only what the default pass leaves out for time: CUDA vs the CPU
 #     reference at Qwen3-8B in batches of 8 and 32 (128 and 512 block rows: the library GEMMs of
-#     gemm_m64=library at the real shapes), bf16 and fp8: the three tests in ~230 s;
-#     --batched-geometry=8 (both modes, ~75 s), =32-bf16 (~55 s) and =32-fp8 (~100 s) run one.
+#     gemm_m64=library at the real shapes), bf16 and fp8, in one call (times: docs/cuda-drafter.md);
+#     --batched-geometry=8 (both modes), =32-bf16 and =32-fp8 run one test each.
 #     --sanitize runs compute-sanitizer instead of everything else (its own call: the tools slow
 #     the kernels tenfold and more): memcheck, racecheck, synccheck and initcheck, each over a
 #     subset of gpu_drafter_test (graph replay against eager in fp8 at head_dim 64 and 16, the
@@ -94,7 +94,7 @@ gemm_bench=1
 propose=1
 batched_geometry=0
 # CUDA vs the reference at Qwen3-8B in batches of 8 and 32 (the library GEMMs at the real shapes):
-# the CPU reference of 32 sequences takes ~50 s per reference drafter, too long for the default call.
+# the CPU reference of 32 sequences takes too long for the default call (docs/cuda-drafter.md).
 batched_geometry_filter="CudaVsReferenceRealGeometry.*_Batch*"
 propose_only=0
 mutations=0

@@ -232,8 +232,8 @@ TEST(CudaVsReferenceRealGeometry, Qwen3_8B_Batch8) {
   DFLASH_REQUIRE_GPU();
   real_geometry(qwen3_8b_geometry(), {6}, 8);
 }
-// Batch 32, one test per mode (the CPU reference at 512 block rows: bf16 ~55 s, fp8 with both
-// references ~100 s on the gate's machine), so a call with little device time left can run one.
+// Batch 32, one test per mode (the CPU reference at 512 block rows is the slow part), so a call
+// with little device time left can run one (ci/gpu-gate.sh --batched-geometry=32-bf16 / =32-fp8).
 TEST(CudaVsReferenceRealGeometry, Qwen3_8B_Batch32_Bf16) {
   DFLASH_REQUIRE_GPU();
   real_geometry(qwen3_8b_geometry(), {6}, 32, {Precision::kBf16});
