@@ -6,8 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_buffer.h"
+#include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/device_buffer.h"
 
 namespace dflash {
 

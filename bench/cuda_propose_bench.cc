@@ -6,7 +6,7 @@
 // each timed with CUDA events after the warm-up proposes that capture the graph. --batches and
 // --contexts pick a subset (the GPU gate's --sweep times batch 1 only, under several kernel levers).
 // --without CLASSES times a graph of the same block forward without those kernel classes instead
-// (cuda/cuda_drafter_debug.h): what a class costs inside the graph is the time it saves. Last, the
+// (testing/cuda_drafter_debug.h): what a class costs inside the graph is the time it saves. Last, the
 // same drafter with the target's lm_head in NVFP4 at batch 1 and 8, context 1024 (--no-nvfp4-head
 // leaves those rows out).
 //
@@ -35,9 +35,9 @@
 #include "bench/copy_bandwidth.h"
 #include "bench/gemm_peak.h"
 #include "core/error.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_drafter_debug.h"
-#include "cuda/device_buffer.h"
+#include "cuda/runtime/cuda_check.h"
+#include "testing/cuda_drafter_debug.h"
+#include "cuda/runtime/device_buffer.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
 

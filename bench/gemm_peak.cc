@@ -8,9 +8,9 @@
 
 #include "bench/median.h"
 #include "core/error.h"
-#include "cuda/cuda_check.h"
-#include "cuda/device_buffer.h"
-#include "cuda/gemm.h"
+#include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/device_buffer.h"
+#include "cuda/kernels/gemm/gemm.h"
 
 namespace dflash {
 namespace {

@@ -12,9 +12,9 @@ import re
 import sys
 
 SUMMARY = re.compile(
-    r"^\[(geometry|oracle)\] (\S+)\s+(bf16|fp8)\s+(\S+ vs \S+)\s+logits relRMS/bound ([\d.]+) maxRel/bound ([\d.]+); "
+    r"^(?:\d+: )?\[(geometry|oracle)\] (\S+)\s+(bf16|fp8)\s+(\S+ vs \S+)\s+logits relRMS/bound ([\d.]+) maxRel/bound ([\d.]+); "
     r"worst relRMS ([\d.]+) \((\S+)\) maxRel ([\d.]+) \((\S+)\)")
-PLANTED = re.compile(r"^\[planted\] (\S+) (\S+) first divergence (\S+) \((\S+)\); worst error/bound ([\d.]+)")
+PLANTED = re.compile(r"^(?:\d+: )?\[planted\] (\S+) (\S+) first divergence (\S+) \((\S+)\); worst error/bound ([\d.]+)")
 
 PAIRS = [  # (row label, pair label in the log, modes)
     ("reference-bf16 vs CUDA bf16 (tight)", "reference-bf16 vs cuda-bf16"),

@@ -213,7 +213,7 @@ class Engine final : public DrafterEngine {
         const size_t b = task / kv_heads;
         attend_kv_group(geometry_, static_cast<int>(task % kv_heads), static_cast<int64_t>(b) * B, B, q, k, v, k_pool,
                         v_pool, steps[b].window_slots, window_left, &attn,
-                        policy_.dflash2_fault == Dflash2Fault::kCausalBlock);
+                        causal_block());
       });
       round_stage_to_bf16(policy_, &attn, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
@@ -303,7 +303,13 @@ class Engine final : public DrafterEngine {
     std::swap(*z, *scratch);
   }
 
+#ifdef DFLASH_FAULT_POINTS
   bool conv_wraps() const { return policy_.dflash2_fault == Dflash2Fault::kConvWraps; }
+  bool causal_block() const { return policy_.dflash2_fault == Dflash2Fault::kCausalBlock; }
+#else
+  static constexpr bool conv_wraps() { return false; }
+  static constexpr bool causal_block() { return false; }
+#endif
 
   ConvGeometry conv_geometry() const {
     return {config_.dflash2.conv_kernel_size, config_.dflash2.conv_group_size, config_.hidden_size};
@@ -349,11 +355,7 @@ class Engine final : public DrafterEngine {
 }  // namespace
 
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
-                                                   Precision precision, int64_t num_slots, int threads,
-                                                   Fp8Fault fp8_fault, Dflash2Fault dflash2_fault) {
-  StagePolicy policy = StagePolicy::for_precision(precision);
-  policy.fp8_fault = fp8_fault;
-  policy.dflash2_fault = dflash2_fault;
+                                                   const StagePolicy& policy, int64_t num_slots, int threads) {
   if (policy.use_double) return std::make_unique<Engine<double>>(config, weights, policy, num_slots, threads);
   return std::make_unique<Engine<float>>(config, weights, policy, num_slots, threads);
 }

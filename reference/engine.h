@@ -46,8 +46,6 @@ class DrafterEngine {
 // `weights` must outlive the engine (fp32 projections read it in place). num_slots = pool pages ×
 // page size.
 std::unique_ptr<DrafterEngine> make_drafter_engine(const DrafterConfig& config, const DrafterWeights& weights,
-                                                   Precision precision, int64_t num_slots, int threads,
-                                                   Fp8Fault fp8_fault = Fp8Fault::kNone,
-                                                   Dflash2Fault dflash2_fault = Dflash2Fault::kNone);
+                                                   const StagePolicy& policy, int64_t num_slots, int threads);
 
 }  // namespace dflash

@@ -26,7 +26,7 @@ int64_t chunk_rows_for(int64_t in_features, size_t element_size) {
 
 template <typename T>
 Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
-                  ThreadPool& pool, Fp8Fault fault)
+                  ThreadPool& pool)
     : name_(name) {
   if (weight.shape.size() != 2) throw bad_input(name + ": weight must be 2-D, got " + shape_string(weight.shape));
   out_ = weight.shape[0];
@@ -60,24 +60,26 @@ Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, c
     std::copy(q.scales.begin(), q.scales.end(), scale_.begin() + begin);
   });
   weight_ = owned_.data();
-  if (quantize_fp8) plant_fault(fault);
 }
 
+#ifdef DFLASH_FAULT_POINTS
 template <typename T>
 void Linear<T>::plant_fault(Fp8Fault fault) {
+  if (!quantized()) return;
   switch (fault) {
     case Fp8Fault::kNone: return;
     case Fp8Fault::kNeighbourRowScale:
       std::rotate(scale_.begin(), scale_.begin() + 1, scale_.end());  // row n gets row n+1's scale
       return;
     case Fp8Fault::kSkippedKTile: {
-      constexpr int64_t kTile = 64;  // the CUDA GEMM's k tile (cuda/gemm_tiles.cuh)
+      constexpr int64_t kTile = 64;  // the CUDA GEMM's k tile (cuda/kernels/gemm/gemm_tiles.cuh)
       const int64_t first = (in_ - 1) / kTile * kTile;
       for (int64_t n = 0; n < out_; ++n) std::fill(owned_.begin() + n * in_ + first, owned_.begin() + (n + 1) * in_, T(0));
       return;
     }
   }
 }
+#endif
 
 template <typename T>
 Linear<T> Linear<T>::decoded(std::vector<T> weight, int64_t out, int64_t in, std::vector<T> row_scale,

@@ -27,9 +27,7 @@ class Linear {
   // is used in place, so `weight` must outlive this object; otherwise it is converted and owned.
   // Conversion and quantization run over `pool` in blocks of rows (each row is quantized on its
   // own, so the bytes do not depend on the thread count).
-  // `fault` plants an fp8 GEMM bug (stage_policy.h) in the quantized weights: negative controls only.
-  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool,
-         Fp8Fault fault = Fp8Fault::kNone);
+  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool);
 
   // A weight already in its compute form (the NVFP4 head): [out, in] values, owned, and per output
   // row a scale that multiplies the dot product (empty: none).
@@ -45,8 +43,12 @@ class Linear {
   // y.row(m)[0, N) = x.row(m)[0, K) · Wᵀ (+ b) for m < rows. y must have >= rows rows and N cols.
   void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
 
- private:
+#ifdef DFLASH_FAULT_POINTS
+  // Plants an fp8 GEMM bug (testing/reference_faults.h) in the quantized weights: negative controls.
   void plant_fault(Fp8Fault fault);
+#endif
+
+ private:
   void apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
                    AlignedMatrix<T>* y) const;
 

@@ -23,9 +23,23 @@ void check_finite(const Tensor& t, const std::string& name) {
 // (docs/spec/nvfp4-lm-head.md §6): in double, W exactly (e2m1 · e4m3 · weight_scale_2 needs at most
 // 30 significant bits); in float, e2m1 · e4m3 (exact) with weight_scale_2 applied once to each dot
 // product, as a w4a16 kernel does. Otherwise the float head, fp8-quantized where the policy says.
+// A projection as the policy stores it (and, in a build with fault points, with its planted fp8
+// GEMM bug).
+template <typename T>
+Linear<T> projection(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
+                     ThreadPool& pool, const StagePolicy& policy) {
+  Linear<T> linear(weight, bias, quantize_fp8, name, pool);
+#ifdef DFLASH_FAULT_POINTS
+  linear.plant_fault(policy.fp8_fault);
+#else
+  (void)policy;
+#endif
+  return linear;
+}
+
 template <typename T>
 Linear<T> make_lm_head(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool) {
-  if (!w.nvfp4_head()) return Linear<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy.fp8_fault);
+  if (!w.nvfp4_head()) return projection<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy);
   const NvFp4Weight& q = w.lm_head_nvfp4;
   std::vector<T> values(static_cast<size_t>(q.rows * q.cols));
   constexpr int64_t kRowsPerTask = 1024;
@@ -98,13 +112,13 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.post_attention_norm = to_vector<T>(L.post_attention_layernorm);
     out.q_norm = to_vector<T>(L.q_norm);
     out.k_norm = to_vector<T>(L.k_norm);
-    out.q_proj = Linear<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy.fp8_fault);
-    out.k_proj = Linear<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy.fp8_fault);
-    out.v_proj = Linear<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy.fp8_fault);
-    out.o_proj = Linear<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy.fp8_fault);
-    out.gate_proj = Linear<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy.fp8_fault);
-    out.up_proj = Linear<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy.fp8_fault);
-    out.down_proj = Linear<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy.fp8_fault);
+    out.q_proj = projection<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy);
+    out.k_proj = projection<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy);
+    out.v_proj = projection<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy);
+    out.o_proj = projection<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy);
+    out.gate_proj = projection<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy);
+    out.up_proj = projection<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy);
+    out.down_proj = projection<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy);
     if (!L.attn_conv_proj.values.empty()) {
       out.attn_conv_proj = Linear<T>(L.attn_conv_proj, Tensor(), false, p + "attention_conv.kernel_projection", pool);
       out.mlp_conv_proj = Linear<T>(L.mlp_conv_proj, Tensor(), false, p + "mlp_conv.kernel_projection", pool);

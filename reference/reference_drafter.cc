@@ -25,19 +25,25 @@ class ReferenceDrafter final : public PagedProposer {
                    const HeadSettings& settings, const ReferenceOptions& options)
       : PagedProposer(checked_config(config), settings.resolved(config)),
         weights_(checked_weights(config, std::move(weights))),
+#ifdef DFLASH_FAULT_POINTS
         fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
         dflash2_fault_(checked_dflash2_fault(options.dflash2_fault, config_)),
-        engine_(make_drafter_engine(config_, *weights_, settings_.precision,
+        fault_(options.fault),
+#endif
+        engine_(make_drafter_engine(config_, *weights_, policy(),
                                     static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size,
-                                    options.threads, fp8_fault_, dflash2_fault_)),
-        fault_(options.fault) {
+                                    options.threads)) {
     poison_free_pool();
   }
 
   std::string name() const override {
     const std::string name = std::string("reference-") + precision_name(settings_.precision);
+#ifndef DFLASH_FAULT_POINTS
+    return name;
+#else
     std::string planted = fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
     return dflash2_fault_ == Dflash2Fault::kNone ? planted : planted + "+" + dflash2_fault_name(dflash2_fault_);
+#endif
   }
 
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
@@ -56,7 +62,9 @@ class ReferenceDrafter final : public PagedProposer {
       s.window_slots = table_.window_slots(s.seq);
       s.start = batch[b].start;
       s.anchor = batch[b].anchor;
+#ifdef DFLASH_FAULT_POINTS
       plant_fault(&s);
+#endif
     }
     // What attention reads: the slot list it is handed, the window ending just before the anchor.
     spans_.clear();
@@ -64,8 +72,10 @@ class ReferenceDrafter final : public PagedProposer {
       spans_.push_back({s.seq, s.start - static_cast<int64_t>(s.window_slots.size()), s.start - 1});
     }
     std::vector<ProposeOutput> outputs = engine_->propose(steps, block_g_, want_taps);
+#ifdef DFLASH_FAULT_POINTS
     if (fault_ == PlantedFault::kKeepsBlockRow) keep_block_rows(steps);
     if (fault_ == PlantedFault::kStaleKey) write_stale_key(steps);
+#endif
     return outputs;
   }
 
@@ -77,7 +87,7 @@ class ReferenceDrafter final : public PagedProposer {
 
   std::vector<std::pair<std::string, std::string>> describe() const override {
     const StagePolicy policy = StagePolicy::for_precision(settings_.precision);
-    return {
+    std::vector<std::pair<std::string, std::string>> d = {
         {"drafter", "CPU reference"},
         {"precision", precision_name(settings_.precision)},
         {"compute_type", engine_->compute_type()},
@@ -90,9 +100,6 @@ class ReferenceDrafter final : public PagedProposer {
                             : policy.use_double ? "exact dequantization e2m1 * e4m3 * weight_scale_2 in fp64"
                                                 : "w4a16 emulation: e2m1 * e4m3 (exact in fp32) times the activations, fp32 "
                                                   "accumulation, weight_scale_2 once per output"},
-        {"fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_)},
-        {"dflash2_fault",
-         dflash2_fault_ == Dflash2Fault::kNone ? "none" : std::string("PLANTED: ") + dflash2_fault_name(dflash2_fault_)},
         {"threads", std::to_string(engine_->threads())},
         {"simd_target", ops::dispatch_target_name()},
         {"gemm", "Eigen GEMV per activation row over fixed chunks of weight rows (batch- and thread-invariant)"},
@@ -106,6 +113,13 @@ class ReferenceDrafter final : public PagedProposer {
         {"pool_pages", std::to_string(settings_.pool_pages)},
         {"page_order_seed", std::to_string(settings_.page_order_seed)},
     };
+#ifdef DFLASH_FAULT_POINTS
+    d.emplace_back("fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_));
+    d.emplace_back("dflash2_fault", dflash2_fault_ == Dflash2Fault::kNone
+                                        ? "none"
+                                        : std::string("PLANTED: ") + dflash2_fault_name(dflash2_fault_));
+#endif
+    return d;
   }
 
  private:
@@ -138,6 +152,7 @@ class ReferenceDrafter final : public PagedProposer {
 
   int64_t pool_slots() const { return static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size; }
 
+#ifdef DFLASH_FAULT_POINTS
   // PlantedFault (negative controls): what the engine is handed, changed after the bookkeeping.
   void plant_fault(SequenceStep* s) const {
     std::vector<int64_t>& window = s->window_slots;
@@ -187,6 +202,18 @@ class ReferenceDrafter final : public PagedProposer {
     }
   }
 
+#endif
+
+  // The stage policy of this drafter's precision (with its planted faults in a build with them).
+  StagePolicy policy() const {
+    StagePolicy p = StagePolicy::for_precision(settings_.precision);
+#ifdef DFLASH_FAULT_POINTS
+    p.fp8_fault = fp8_fault_;
+    p.dflash2_fault = dflash2_fault_;
+#endif
+    return p;
+  }
+
   void poison_pages(const std::vector<int>& pages) override {
     std::vector<int64_t> slots;
     for (int page : pages) {
@@ -195,6 +222,8 @@ class ReferenceDrafter final : public PagedProposer {
     engine_->poison(slots);
   }
 
+  const std::shared_ptr<const DrafterWeights> weights_;
+#ifdef DFLASH_FAULT_POINTS
   static Fp8Fault checked_fault(Fp8Fault fault, Precision precision) {
     if (fault != Fp8Fault::kNone && precision != Precision::kFp8) {
       throw bad_input(std::string("reference drafter: the planted fp8 fault '") + fp8_fault_name(fault) +
@@ -203,7 +232,6 @@ class ReferenceDrafter final : public PagedProposer {
     return fault;
   }
 
-  const std::shared_ptr<const DrafterWeights> weights_;
   static Dflash2Fault checked_dflash2_fault(Dflash2Fault fault, const DrafterConfig& config) {
     if (fault != Dflash2Fault::kNone && !config.dflash2.enabled) {
       throw bad_input(std::string("reference drafter: the planted DFlash2 fault '") + dflash2_fault_name(fault) +
@@ -214,9 +242,10 @@ class ReferenceDrafter final : public PagedProposer {
 
   const Fp8Fault fp8_fault_;
   const Dflash2Fault dflash2_fault_;
-  std::unique_ptr<DrafterEngine> engine_;
   const PlantedFault fault_;
   bool stale_key_written_ = false;  // kStaleKey plants one key per drafter
+#endif
+  std::unique_ptr<DrafterEngine> engine_;
   std::vector<AttentionSpan> spans_;
 };
 
@@ -246,7 +275,7 @@ ContextKvFunction make_reference_context_kv(const DrafterConfig& config,
   if (!weights) throw bad_input("reference context K/V: no weights given");
   validate_drafter_weights(config, *weights);
   std::shared_ptr<DrafterEngine> engine(
-      make_drafter_engine(config, *weights, precision, std::max<int64_t>(max_rows, 1), reference_threads_from_env()));
+      make_drafter_engine(config, *weights, StagePolicy::for_precision(precision), std::max<int64_t>(max_rows, 1), reference_threads_from_env()));
   const int layers = config.num_layers;
   const int64_t chunk = std::max<int64_t>(max_rows, 1);
   return [engine, weights, layers, chunk](const Tensor& rows, int64_t first_position) {

@@ -9,22 +9,9 @@
 
 namespace dflash {
 
-// Faults planted in the reference for negative controls only (tests): each leaves the page-table
-// bookkeeping right and breaks what is stored or read, so only the stored-state checks can see it.
-enum class PlantedFault {
-  kNone,
-  kWrongSlot,        // the newest context row of each propose is written one slot further on
-  kKeepsBlockRow,    // a propose also writes into the slot after its window (a block row kept)
-  kStaleRead,        // attention reads the slot before the window's oldest in place of the oldest
-  kReadsPastWindow,  // attention is also handed the slot after the window's newest (one row too many)
-  kStaleKey,         // once, in a window of at least kStaleKeyWindow positions, one slot keeps the K/V
-                     // of the position before it (a single stale key among hundreds)
-};
-// The shortest window kStaleKey is planted in: long enough that one key weighs little in attention.
-constexpr int64_t kStaleKeyWindow = 512;
-
 struct ReferenceOptions {
   int threads = 1;  // >= 1
+#ifdef DFLASH_FAULT_POINTS  // negative controls (testing/reference_faults.h)
   PlantedFault fault = PlantedFault::kNone;
   // A planted fp8 GEMM bug (fp8 mode only; kBadInput in other modes): a negative control, never a
   // drafter to trust. The drafter's name and describe() say which.
@@ -32,6 +19,7 @@ struct ReferenceOptions {
   // A planted DFlash2 bug (DFlash2 drafters only; kBadInput otherwise): a negative control. The
   // drafter's name and describe() say which.
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
+#endif
 };
 
 // DFLASH_REF_THREADS when set (a positive integer; anything else is a bad_input naming the

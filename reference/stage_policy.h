@@ -8,38 +8,20 @@
 #include "core/dtype.h"
 #include "core/proposer.h"
 #include "reference/aligned_matrix.h"
+#ifdef DFLASH_FAULT_POINTS
+#include "testing/reference_faults.h"
+#endif
 
 namespace dflash {
-
-// A kernel bug of realistic size planted in the fp8 GEMMs, for the negative controls of the fp8
-// envelope (docs/tolerances.md): the reference computes what a CUDA drafter with that bug would.
-enum class Fp8Fault {
-  kNone,
-  kNeighbourRowScale,  // output row n is scaled by row n+1's scale (the last row by row 0's)
-  kSkippedKTile,       // the last 64-wide K tile of every weight row is left out of the dot product
-};
-
-// "neighbour-row-scale", "skipped-k-tile"; "" for kNone.
-const char* fp8_fault_name(Fp8Fault fault);
-
-// A DFlash2 bug planted in the reference, for the negative controls of the DFlash2 oracle replay
-// (tests/oracle/dflash2_controls_test): what a drafter with that bug would compute.
-enum class Dflash2Fault {
-  kNone,
-  kCausalBlock,  // attention masks the block causally: block row i sees block rows j <= i only
-  kConvWraps,    // the convolution drops its block-boundary rule: row t < τ reads flat row t - τ of
-                 // the batch's rows (the previous sequence's, or wrapping past the first row)
-};
-
-// "causal-block", "conv-wraps"; "" for kNone.
-const char* dflash2_fault_name(Dflash2Fault fault);
 
 struct StagePolicy {
   bool use_double = false;   // compute type: double (fp64 mode) or float
   bool round_bf16 = false;   // round at the bf16 storage boundaries
   bool fp8_weights = false;  // q/k/v/o/gate/up/down and lm_head as per-row E4M3
+#ifdef DFLASH_FAULT_POINTS
   Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
+#endif
 
   static StagePolicy for_precision(Precision precision) {
     StagePolicy p;
@@ -49,24 +31,6 @@ struct StagePolicy {
     return p;
   }
 };
-
-inline const char* fp8_fault_name(Fp8Fault fault) {
-  switch (fault) {
-    case Fp8Fault::kNone: return "";
-    case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
-    case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
-  }
-  return "";
-}
-
-inline const char* dflash2_fault_name(Dflash2Fault fault) {
-  switch (fault) {
-    case Dflash2Fault::kNone: return "";
-    case Dflash2Fault::kCausalBlock: return "causal-block";
-    case Dflash2Fault::kConvWraps: return "conv-wraps";
-  }
-  return "";
-}
 
 // The bf16 storage boundaries, in forward order, as listed in docs/reference-precision.md.
 constexpr const char* kBf16StorageStages =

@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "reference/reference_drafter.h"
 #if DFLASH_HAVE_CUDA
-#include "cuda/cuda_drafter.h"
+#include "cuda/drafter/cuda_drafter.h"
 #endif
 
 namespace dflash {

@@ -1,7 +1,7 @@
 // The GPU catch table (docs/catch-rate.md): reads the JSON reports of `dflash-harness replay
 // --backend both` that ci/gpu-gate.sh --mutations wrote, one per planted mutation and precision
 // (DIR/<id>.<precision>.json, and DIR/none.<precision>.json for the build with no mutation active),
-// judges each mutation against its registry row (cuda/mutations.h) and prints the table in the
+// judges each mutation against its registry row (testing/fault_points.h) and prints the table in the
 // format of compare/catch_table.h.
 //
 //   mutation_catch_table --list              the ids, one per line (what the gate runs)
@@ -19,7 +19,7 @@
 #include "compare/catch_table.h"
 #include "compare/report_json.h"
 #include "core/error.h"
-#include "cuda/mutations.h"
+#include "testing/fault_points.h"
 
 namespace dflash {
 namespace {
@@ -60,7 +60,7 @@ CatchCheck parse_check(const std::string& name) {
   for (CatchCheck c : {CatchCheck::kReplay, CatchCheck::kInvariant, CatchCheck::kProperty, CatchCheck::kGpuTest}) {
     if (name == catch_check_name(c)) return c;
   }
-  throw internal_error("cuda/mutations.cc: declared check '" + name + "' is not a catch check");
+  throw internal_error("testing/fault_points.cc: declared check '" + name + "' is not a catch check");
 }
 
 // A result's directory ("fixtures/oracle/tiny-gqa/", as the replay was given it) is the fixture

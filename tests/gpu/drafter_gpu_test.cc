@@ -14,11 +14,11 @@
 #include "compare/stage_check.h"
 #include "core/error.h"
 #include "core/stages.h"
-#include "cuda/cuda_drafter.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_drafter_debug.h"
-#include "cuda/cuda_drafter_impl.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "cuda/drafter/cuda_drafter.h"
+#include "cuda/runtime/cuda_check.h"
+#include "testing/cuda_drafter_debug.h"
+#include "cuda/drafter/cuda_drafter_impl.h"
+#include "testing/gpu_test_util.h"
 #include "fixtures/fixture.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
@@ -537,7 +537,7 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   }
 }
 
-// The benchmark's block forward without some kernel classes (cuda/cuda_drafter_debug.h) is a graph
+// The benchmark's block forward without some kernel classes (testing/cuda_drafter_debug.h) is a graph
 // of its own: enqueued between proposes, it leaves the drafter's next outputs the bits of a
 // drafter that never ran it (the next propose recomputes every block buffer it spoils), and it
 // refuses classes the forward cannot leave out, by name.

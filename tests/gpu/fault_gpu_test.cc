@@ -1,17 +1,18 @@
-// Faults inside the CUDA drafter, injected through the test-only lever of cuda/cuda_check.h: a
+// Faults inside the CUDA drafter, injected through the fault points of testing/fault_points.h
+// (a build with -DDFLASH_FAULT_POINTS=ON): a
 // failed device allocation is "cannot run here" (exit 125) and a failed kernel launch an internal
 // error (exit 2), each naming the call that failed; the drafter is never left half-built, and a
 // later drafter runs normally. ci/gpu-gate.sh also injects both into a whole replay
-// (DFLASH_CUDA_FAULT) and checks its exit code and JSON report.
+// (DFLASH_FAULT=alloc:N|launch:N) and checks its exit code and JSON report.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_drafter.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "testing/fault_points.h"
+#include "cuda/drafter/cuda_drafter.h"
+#include "testing/gpu_test_util.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
 #include "tests/support/harness_error.h"
@@ -49,7 +50,7 @@ std::vector<ProposeOutput> propose_once(DraftProposer& drafter) {
 class CudaFault : public ::testing::Test {
  protected:
   void SetUp() override { DFLASH_REQUIRE_GPU(); }
-  void TearDown() override { clear_cuda_fault(); }
+  void TearDown() override { clear_injected_failure(); }
 };
 
 TEST_F(CudaFault, AllocationFailureIsCannotRunNamingCudaMalloc) {
@@ -57,14 +58,14 @@ TEST_F(CudaFault, AllocationFailureIsCannotRunNamingCudaMalloc) {
   const auto w = make_random_weights(c, 21);
   for (long long nth : {1LL, 5LL}) {
     SCOPED_TRACE(nth);
-    set_cuda_fault(CudaFaultSite::kAlloc, nth);
+    set_injected_failure(FailureSite::kAlloc, nth);
     const std::string message = harness_error_message(
         [&] { make_cuda_drafter(c, w, small_settings(), CudaOptions{}); }, ErrorKind::kUnsupported);
     expect_mentions(message, "cudaErrorMemoryAllocation");
     expect_mentions(message, "cudaMalloc(");
   }
   // Off again: the same drafter builds and proposes (the negative control of the lever).
-  clear_cuda_fault();
+  clear_injected_failure();
   auto drafter = make_cuda_drafter(c, w, small_settings(), CudaOptions{});
   EXPECT_EQ(propose_once(*drafter).size(), 1u);
 }
@@ -78,12 +79,12 @@ TEST_F(CudaFault, LaunchFailureInAProposeIsAnInternalErrorNamingTheLaunch) {
     options.graphs = graphs;
     options.warmup = 0;  // with graphs on, the first propose is captured: the fault hits inside a capture
     auto drafter = make_cuda_drafter(c, w, small_settings(), options);
-    set_cuda_fault(CudaFaultSite::kLaunch, 3);  // the third launch of the propose
+    set_injected_failure(FailureSite::kLaunch, 3);  // the third launch of the propose
     const std::string message =
         harness_error_message([&] { propose_once(*drafter); }, ErrorKind::kInternal);
     expect_mentions(message, "cudaErrorLaunchFailure");
     expect_mentions(message, "launch");
-    clear_cuda_fault();
+    clear_injected_failure();
   }
   auto drafter = make_cuda_drafter(c, w, small_settings(), CudaOptions{});
   EXPECT_EQ(propose_once(*drafter).size(), 1u);

@@ -18,10 +18,10 @@
 
 #include "compare/kv_invariants.h"
 #include "compare/tolerance.h"
-#include "cuda/cuda_drafter_impl.h"
+#include "cuda/drafter/cuda_drafter_impl.h"
 #include "reference/reference_drafter.h"
-#include "tests/gpu/gpu_test_util.h"
-#include "cuda/cuda_drafter_debug.h"
+#include "testing/gpu_test_util.h"
+#include "testing/cuda_drafter_debug.h"
 #include "fixtures/geometries.h"
 #include "fixtures/random_drafter.h"
 

@@ -3,7 +3,7 @@
 #include "tests/properties/backends.h"
 
 #ifdef DFLASH_HAVE_CUDA
-#include "cuda/cuda_drafter.h"
+#include "cuda/drafter/cuda_drafter.h"
 #endif
 
 namespace dflash::prop {

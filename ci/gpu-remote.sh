@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The remote-GPU adapter of ci/gpu-gate.sh, for a GPU machine that has the NVIDIA driver, CMake's
+# ctest and python3 but not this project's toolchain: build here, carry one bundle, run there.
+#
+#   ci/gpu-remote.sh stage
+#     here: builds both trees (ci/gpu-gate.sh --build-only) and packs what the gate runs (the
+#     release command and benchmarks, every GPU test binary with its CTest files, the catch table,
+#     libhwy and libsleef) into .gpu/bundle.tar.xz (git-ignored), one xz window over every binary so
+#     the kernels they share cost once.
+#   ci/gpu-remote.sh run [ci/gpu-gate.sh options]
+#     there, from the repository root: unpacks the bundle into build-release/ and build-testing/,
+#     points the CTest files at this checkout, and runs ci/gpu-gate.sh --no-build with the options.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+release_dir=build-release
+testing_dir=build-testing
+bundle=.gpu/bundle.tar.xz
+
+case "${1:-}" in
+  stage)
+    DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir ci/gpu-gate.sh --build-only
+    staging=$(mktemp -d)
+    {
+      echo "$release_dir/tools/dflash-harness"
+      echo "$release_dir/bench/cuda_propose_bench"
+      echo "$release_dir/cuda/gemm_bench"
+      echo "$testing_dir/tools/dflash-harness"
+      echo "$testing_dir/tests/catch/mutation_catch_table"
+      # Every test binary CTest runs with label gpu, and every CTest file of the testing tree.
+      ctest --test-dir "$testing_dir" -N -L gpu --show-only=json-v1 |
+        python3 -c 'import json, sys; print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"]})))' |
+        sed "s#^$root/##"
+      find "$testing_dir" -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake'
+    } | sort -u >"$staging/files"
+    tar -cf "$staging/trees.tar" -T "$staging/files"
+    mkdir -p "$staging/lib" && cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 "$staging/lib/"
+    echo "$root" >"$staging/built-in"
+    count=$(wc -l <"$staging/files")
+    rm -rf .gpu && mkdir -p .gpu
+    tar -cf - -C "$staging" trees.tar lib built-in | xz -9 -T1 >"$bundle"
+    rm -rf "$staging"
+    echo "ci/gpu-remote.sh: staged $bundle ($(du -sm .gpu | cut -f1) MiB, $count files)"
+    ;;
+  run)
+    shift
+    [ -f "$bundle" ] || { echo "error: ci/gpu-remote.sh: no $bundle (ci/gpu-remote.sh stage, then carry .gpu)" >&2; exit 2; }
+    unpacked=$(mktemp -d)
+    tar -xJf "$bundle" -C "$unpacked"
+    tar -xf "$unpacked/trees.tar"
+    built_in=$(cat "$unpacked/built-in")
+    find "$testing_dir" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
+      -exec sed -i "s#$built_in#$root#g" {} +
+    export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # The binaries need the CUDA runtime and cuBLAS(Lt) 13 of the machine's toolkit.
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+      [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+    done
+    if ! ldd "$release_dir/bench/cuda_propose_bench" 2>/dev/null | grep -q "libcublasLt.so.13 => /"; then
+      lt=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+      [ -n "$lt" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$lt")"
+    fi
+    exec ci/gpu-gate.sh --no-build "$@"
+    ;;
+  *)
+    echo "error: usage: ci/gpu-remote.sh stage | run [ci/gpu-gate.sh options]" >&2
+    exit 2
+    ;;
+esac

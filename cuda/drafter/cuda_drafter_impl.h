@@ -1,0 +1,159 @@
+// The CUDA drafter's class, visible to the GPU tests and the benchmarks (callers of the factory
+// only see DraftProposer; what the tests and benchmarks ask beyond it is in
+// testing/cuda_drafter_debug.h). One propose runs in two phases:
+//  1. context ingestion (eager, variable size): the admitted context rows, in chunks of
+//     kContextChunkRows, through fc, hidden_norm and every layer's k/v projection, k_norm and RoPE,
+//     into the paged pools at the slots KvPageTable::admit decided;
+//  2. the block forward (fixed shape per (block width, batch size)): embedding to draft tokens,
+//     captured as a CUDA graph after `warmup` eager passes. Every per-step value (anchors, positions,
+//     windows, block tables) is read from device buffers, so a replay with new values is correct.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "core/kv_pages.h"
+#include "core/paged_proposer.h"
+#include "core/proposer.h"
+#include "core/rope.h"
+#include "core/weights.h"
+#include "cuda/kernels/selector/candidate_selector.h"
+#include "cuda/drafter/cuda_drafter.h"
+#include "cuda/runtime/device_buffer.h"
+#include "cuda/drafter/device_weights.h"
+#include "cuda/kernels/conv/grouped_conv.h"
+#include "cuda/drafter/kernel_plan.h"
+#include "testing/fault_points.h"
+
+namespace dflash {
+
+class CudaDrafter final : public PagedProposer {
+ public:
+  static constexpr int64_t kContextChunkRows = 256;
+
+  CudaDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings,
+              const CudaOptions& options);
+  ~CudaDrafter() override;
+  CudaDrafter(const CudaDrafter&) = delete;
+  CudaDrafter& operator=(const CudaDrafter&) = delete;
+
+  std::string name() const override;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
+  std::vector<std::pair<std::string, std::string>> describe() const override;
+  // Read-back (test/debug, synchronizes the stream): the pools' bf16 K/V as floats, and the window
+  // each sequence's attention kernel was handed (the device copies of window_begin/window_length).
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override;
+  std::vector<AttentionSpan> attention_spans() const override;
+
+
+ private:
+  friend struct CudaDrafterDebug;  // testing/cuda_drafter_debug.cc
+  struct TapSink;
+  void poison_pages(const std::vector<int>& pages) override;
+  struct GraphEntry {
+    int eager_runs = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
+                      TapSink* taps);
+  void upload_step(const std::vector<ProposeInput>& batch);
+  // The block forward as shipped (no taps): eager during warmup or with graphs off, else the
+  // graph of (block_width, batch), captured on first use. Returns ForwardPath::mode's value.
+  const char* run_block_forward(int batch, int block_width);
+  // One launch of the block forward (or, with taps, a tap read between launches: kernel_class
+  // null), named by its kernel class ("embed", "rmsnorm", "qkv", "qk_norm_rope",
+  // "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"). The
+  // block forward is this list run in order; the benchmark times it without a class by running
+  // the same list without that class's launches (testing/cuda_drafter_debug.h).
+  struct ForwardLaunch {
+    const char* kernel_class;
+    std::function<void()> enqueue;
+  };
+  std::vector<ForwardLaunch> block_forward_launches(int batch, int block_width, TapSink* taps);
+  void enqueue_block_forward(int batch, int block_width, TapSink* taps);
+  // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
+  void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                    const GemmEpilogue& epilogue);
+  // The forward's operands, the same for the block and the context rows: RMSNorm of the
+  // [rows, hidden] fp32 `in` (h, or the context rows' fc output) with `weight` into `out` (and the
+  // draft rows into draft_out, when set); the GEMM epilogues of q|k|v, of o and down (h += ·, and a
+  // copy to tap_out unless it is null), of gate|up (the fused SwiGLU or the raw pair) and of the
+  // lm_head (logits and argmax partials).
+  RmsNormArgs rmsnorm_args(const float* in, const float* weight, uint16_t* out, uint16_t* draft_out, int width,
+                          int64_t rows) const;
+  GemmEpilogue qkv_epilogue() const;
+  GemmEpilogue residual_epilogue(float* tap_out) const;
+  GemmEpilogue gate_up_epilogue() const;
+  GemmEpilogue lm_head_epilogue() const;
+  static GemmEpilogue plain_epilogue(float* out, int64_t ld_out);  // out = v (DFlash2's o and down, before finish)
+  // DFlash2: the layer's grouped convolution (docs/spec/dflash2.md §3.1) and the selector's arguments.
+  GroupedConvArgs conv_args(const DeviceBuffer<float>& base, int batch, int block_width) const;
+  SelectorArgs selector_args(int batch, int block_width) const;
+
+  std::shared_ptr<const DrafterWeights> host_weights_;
+  CudaOptions options_;
+  KernelPlan plan_;
+  bool fp8_ = true;
+  int max_width_ = 2;       // max(gamma, 2)
+  int64_t max_window_ = 0;  // context positions a sequence can attend to
+  int max_pages_per_seq_ = 0;
+  int max_chunks_ = 0;
+  RopeTable rope_;
+  std::string device_name_;
+
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer<uint8_t> lt_workspace_;
+  DeviceBuffer<uint8_t> cutlass_workspace_;
+  DeviceBuffer<float> gemm_raw_;
+  int sm_count_ = 0;
+  GemmContext gemm_ctx_;
+
+  DeviceDrafterWeights weights_;
+  DeviceBuffer<float> inv_freq_;
+  std::vector<DeviceBuffer<uint16_t>> k_pool_, v_pool_;  // per layer [slots, kv_dim] bf16
+
+  // Padded leading dimensions (multiples of 64) of the GEMM operands.
+  int64_t ld_hidden_ = 0, ld_q_ = 0, ld_inter_ = 0, ld_ctx_ = 0;
+
+  // Block-row scratch, sized for max_batch sequences of max_width_ rows.
+  DeviceBuffer<float> h_, o_out_, mlp_out_, qkv_out_, gate_up_out_, logits_, argmax_value_, attn_partial_,
+      attn_max_sum_;
+  DeviceBuffer<uint16_t> x_, y_, q_, k_block_, v_block_, attn_, act_, hf_, hf_draft_;
+  DeviceBuffer<int32_t> argmax_index_, tokens_;
+  // DFlash2 only: the kernel_projection outputs (prepare to finish), the convolution's output (taps
+  // only), and the selector's buffers (cuda/kernels/selector/candidate_selector.h).
+  DeviceBuffer<float> conv_coef_, conv_out_, hidden_proj_, topk_values_, unary_, edge_scores_, walk_scores_;
+  DeviceBuffer<uint64_t> topk_keys_;  // the threshold top-K's per-slice keys
+  DeviceBuffer<int32_t> topk_ids_, walk_index_;
+  // Per-step inputs of the block forward (device, and pinned staging for the upload).
+  DeviceBuffer<int32_t> d_anchors_, d_window_length_, d_block_tables_;
+  DeviceBuffer<int64_t> d_positions_, d_window_begin_, d_first_page_;
+  PinnedBuffer<int32_t> h_anchors_, h_window_length_, h_block_tables_;
+  PinnedBuffer<int64_t> h_positions_, h_window_begin_, h_first_page_;
+  PinnedBuffer<float> h_logits_;
+  PinnedBuffer<int32_t> h_tokens_;
+  // Context staging.
+  PinnedBuffer<uint16_t> h_ctx_;
+  PinnedBuffer<int64_t> h_ctx_positions_, h_ctx_slots_;
+  DeviceBuffer<uint16_t> d_ctx_, xc_;
+  DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
+  DeviceBuffer<float> xc_f32_, kv_out_;
+
+  std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
+  int last_batch_ = 0, last_width_ = 0;
+  std::vector<int> last_seqs_;  // the sequences of the last propose, in batch order
+#ifdef DFLASH_FAULT_POINTS
+  Mutation mutation_ = Mutation::kNone;  // the planted bug of this process (testing/fault_points.h)
+#endif
+};
+
+}  // namespace dflash

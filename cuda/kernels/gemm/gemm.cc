@@ -1,0 +1,129 @@
+#include "cuda/kernels/gemm/gemm.h"
+
+#include <cstddef>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/kernels/gemm/gemm_cutlass_mixed.h"
+
+namespace dflash {
+
+DeviceMatrixView DeviceMatrixView::rows(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first + count > n) {
+    throw internal_error("weight view: rows " + std::to_string(first) + "+" + std::to_string(count) + " of " +
+                         std::to_string(n));
+  }
+  DeviceMatrixView v = *this;
+  const int64_t element_bytes = format == WeightFormat::kE4M3 ? 1 : 2;
+  v.n = count;
+  v.data = static_cast<const uint8_t*>(data) + first * k_pad * element_bytes;
+  if (scale != nullptr) v.scale = scale + first;
+  if (bias != nullptr) v.bias = bias + first;
+  if (decoded != nullptr) v.decoded = decoded + first * k_pad;
+  return v;
+}
+
+const char* gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::kMma: return "mma";
+    case GemmKernel::kCublasLt: return "cublaslt";
+    case GemmKernel::kSimple: return "simple";
+    case GemmKernel::kCutlass: return "cutlass";
+  }
+  return "?";
+}
+
+bool parse_gemm_kernel(const std::string& name, GemmKernel* out) {
+  for (GemmKernel kernel : {GemmKernel::kMma, GemmKernel::kCublasLt, GemmKernel::kSimple}) {
+    if (name == gemm_kernel_name(kernel)) {
+      *out = kernel;
+      return true;
+    }
+  }
+  return false;
+}
+
+int gemm_cutlass_tile_rows(int requested, int64_t m, int64_t n, int sm_count) {
+  if (requested != 0) return requested;
+  if (m <= 128 || sm_count < 1) return 128;
+  const int64_t sms = sm_count;
+  const int64_t tiles = (n + 127) / 128 * ((m + 127) / 128);       // of 128 activation rows
+  const int64_t wide_tiles = (n + 127) / 128 * ((m + 255) / 256);  // of 256
+  return wide_tiles >= 2 * sms || (tiles > sms && tiles < 2 * sms) ? 256 : 128;
+}
+
+namespace {
+
+// The fp32 scratch a kernel that finishes in the epilogue kernel writes its m × n products to.
+float* raw_scratch(GemmKernel kernel, const GemmContext& ctx, int64_t m, int64_t n) {
+  if (ctx.raw == nullptr || static_cast<size_t>(m * n) > ctx.raw_capacity) {
+    throw internal_error("gemm " + std::string(gemm_kernel_name(kernel)) + ": scratch for " + std::to_string(m) + "x" +
+                         std::to_string(n) + " accumulators was not allocated");
+  }
+  return ctx.raw;
+}
+
+// The libraries (cuBLASLt, CUTLASS) multiply; the fallbacks' epilogue kernel does the rest, so each
+// value gets the mma kernel's fp32 operations in the same order. CUTLASS also scales (its epilogue
+// multiplies as ours does); cuBLASLt reads E4M3 weights through unscaled bf16 copies. A product
+// that is already final (scaled, no bias) and only stored goes straight to the output, and the
+// argmax partials, if asked, are then read from there. Where the epilogue only adds to the
+// residual, the library adds it itself, with the same roundings (CUTLASS: the scaled product, then
+// the add; cuBLASLt, bf16 weights: beta = 1 where k is not split).
+void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
+                  const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  const bool residual_only = epilogue.residual != nullptr && epilogue.out == nullptr &&
+                             epilogue.swiglu_out == nullptr && epilogue.argmax_value == nullptr && w.bias == nullptr;
+  const int tile_rows = gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count);  // kCutlass
+  if (residual_only && kernel == GemmKernel::kCutlass) {
+    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, w, epilogue.residual, epilogue.ld_residual, ctx.cutlass_workspace,
+                              ctx.cutlass_workspace_bytes, epilogue.residual, tile_rows);
+    return;
+  }
+  if (residual_only && kernel == GemmKernel::kCublasLt && w.format == WeightFormat::kBf16 &&
+      cublaslt_matmul_add(ctx, a, lda, m, w, epilogue.residual, epilogue.ld_residual)) {
+    return;
+  }
+  const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
+  const bool direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr &&
+                      epilogue.swiglu_out == nullptr && w.bias == nullptr;
+  float* product = direct ? epilogue.out : raw_scratch(kernel, ctx, m, w.n);
+  const int64_t ld_product = direct ? epilogue.ld_out : w.n;
+  if (kernel == GemmKernel::kCutlass) {
+    DeviceMatrixView unbiased = w;
+    unbiased.bias = nullptr;  // added by the epilogue kernel
+    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product, ld_product, ctx.cutlass_workspace,
+                              ctx.cutlass_workspace_bytes, nullptr, tile_rows);
+  } else {
+    cublaslt_matmul(ctx, a, lda, m, w, product, ld_product);
+  }
+  if (direct && epilogue.argmax_value == nullptr) return;
+  DeviceMatrixView finish = w;
+  if (kernel == GemmKernel::kCutlass) finish.scale = nullptr;  // applied
+  GemmEpilogue rest = epilogue;
+  if (direct) rest.out = nullptr;  // written
+  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
+}
+
+}  // namespace
+
+void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
+          const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+  if (m < 1) throw internal_error("gemm: m must be >= 1");
+  switch (kernel) {
+    case GemmKernel::kMma:
+      launch_gemm_mma(ctx, a, lda, m, w, epilogue);
+      return;
+    case GemmKernel::kCublasLt:
+    case GemmKernel::kCutlass:
+      gemm_library(kernel, ctx, a, lda, m, w, epilogue);
+      return;
+    case GemmKernel::kSimple:
+      break;
+  }
+  float* raw = raw_scratch(kernel, ctx, m, w.n);
+  launch_gemm_simple(ctx.stream, a, lda, m, w, raw);
+  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel, ctx.pdl);
+}
+
+}  // namespace dflash

@@ -1,0 +1,54 @@
+// The host side of the planted mutations' hooks (testing/fault_points.h), in the CUDA drafter's library.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "core/dtype.h"
+#include "cuda/runtime/cuda_check.h"
+#include "testing/fault_points.h"
+
+namespace dflash {
+
+#ifdef DFLASH_FAULT_POINTS
+void set_device_mutation(Mutation mutation) {
+  set_device_mutation_attention(mutation);
+  set_device_mutation_elementwise(mutation);
+  set_device_mutation_gemm_mma(mutation);
+}
+
+void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3) {
+  if (!e4m3 || scales == nullptr || rows < 1) return;
+  std::vector<float> host(static_cast<size_t>(rows));
+  // The drafter's stream does not synchronize with the legacy stream: the device, before and after.
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
+  DFLASH_CUDA_CHECK(cudaMemcpy(host.data(), scales, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (float& s : host) s = s * 448.0f / 240.0f;  // absmax/240 (E4M3FNUZ's largest) for absmax/448 (E4M3's)
+  DFLASH_CUDA_CHECK(cudaMemcpy(const_cast<float*>(scales), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void plant_bf16_inv_freq(std::vector<float>& inv_freq) {
+  for (float& f : inv_freq) f = round_to_bf16(f);
+}
+
+void plant_page_major_tables(int32_t* tables, int batch, int max_pages_per_seq) {
+  const std::vector<int32_t> by_sequence(tables, tables + static_cast<int64_t>(batch) * max_pages_per_seq);
+  for (int b = 0; b < batch; ++b) {
+    for (int p = 0; p < max_pages_per_seq; ++p) {
+      tables[static_cast<int64_t>(p) * batch + b] = by_sequence[static_cast<size_t>(b * max_pages_per_seq + p)];
+    }
+  }
+}
+
+void plant_block_rows_in_pool(const uint16_t* k_block, const uint16_t* v_block, uint16_t* k_pool, uint16_t* v_pool,
+                              int64_t pool_slots, int64_t rows, int64_t kv_dim, void* stream) {
+  const int64_t count = rows < pool_slots ? rows : pool_slots;
+  const size_t bytes = static_cast<size_t>(count * kv_dim) * 2;
+  const int64_t first = (pool_slots - count) * kv_dim;
+  auto s = static_cast<cudaStream_t>(stream);
+  DFLASH_CUDA_CHECK(cudaMemcpyAsync(k_pool + first, k_block, bytes, cudaMemcpyDeviceToDevice, s));
+  DFLASH_CUDA_CHECK(cudaMemcpyAsync(v_pool + first, v_block, bytes, cudaMemcpyDeviceToDevice, s));
+}
+#endif
+
+}  // namespace dflash

@@ -1,0 +1,69 @@
+// The reference drafter's planted faults: negative controls for the checks that must see what a
+// drafter with such a bug computes (tests only). Part of the fault-point mechanism
+// (testing/fault_points.h): the reference compiles them only with -DDFLASH_FAULT_POINTS=ON, and a
+// test chooses them per drafter through ReferenceOptions.
+#pragma once
+#include <cstdint>
+
+#ifndef DFLASH_FAULT_POINTS
+#error "testing/reference_faults.h needs a build with -DDFLASH_FAULT_POINTS=ON"
+#endif
+
+namespace dflash {
+
+// Faults planted in the reference for negative controls only (tests): each leaves the page-table
+// bookkeeping right and breaks what is stored or read, so only the stored-state checks can see it.
+enum class PlantedFault {
+  kNone,
+  kWrongSlot,        // the newest context row of each propose is written one slot further on
+  kKeepsBlockRow,    // a propose also writes into the slot after its window (a block row kept)
+  kStaleRead,        // attention reads the slot before the window's oldest in place of the oldest
+  kReadsPastWindow,  // attention is also handed the slot after the window's newest (one row too many)
+  kStaleKey,         // once, in a window of at least kStaleKeyWindow positions, one slot keeps the K/V
+                     // of the position before it (a single stale key among hundreds)
+};
+// The shortest window kStaleKey is planted in: long enough that one key weighs little in attention.
+constexpr int64_t kStaleKeyWindow = 512;
+
+// A kernel bug of realistic size planted in the fp8 GEMMs, for the negative controls of the fp8
+// envelope (docs/tolerances.md): the reference computes what a CUDA drafter with that bug would.
+enum class Fp8Fault {
+  kNone,
+  kNeighbourRowScale,  // output row n is scaled by row n+1's scale (the last row by row 0's)
+  kSkippedKTile,       // the last 64-wide K tile of every weight row is left out of the dot product
+};
+
+// "neighbour-row-scale", "skipped-k-tile"; "" for kNone.
+const char* fp8_fault_name(Fp8Fault fault);
+
+// A DFlash2 bug planted in the reference, for the negative controls of the DFlash2 oracle replay
+// (tests/oracle/dflash2_controls_test): what a drafter with that bug would compute.
+enum class Dflash2Fault {
+  kNone,
+  kCausalBlock,  // attention masks the block causally: block row i sees block rows j <= i only
+  kConvWraps,    // the convolution drops its block-boundary rule: row t < τ reads flat row t - τ of
+                 // the batch's rows (the previous sequence's, or wrapping past the first row)
+};
+
+// "causal-block", "conv-wraps"; "" for kNone.
+const char* dflash2_fault_name(Dflash2Fault fault);
+
+inline const char* fp8_fault_name(Fp8Fault fault) {
+  switch (fault) {
+    case Fp8Fault::kNone: return "";
+    case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
+    case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
+  }
+  return "";
+}
+
+inline const char* dflash2_fault_name(Dflash2Fault fault) {
+  switch (fault) {
+    case Dflash2Fault::kNone: return "";
+    case Dflash2Fault::kCausalBlock: return "causal-block";
+    case Dflash2Fault::kConvWraps: return "conv-wraps";
+  }
+  return "";
+}
+
+}  // namespace dflash
