@@ -145,6 +145,15 @@ class SGLangDumps(Workspace):
         self.assertIn("have no positions (input 'ctx_positions'", stderr)
         self.assertRegex(stderr, r"no-ctx-positions/step=0___rank=0___dump_index=\d+___name=non_intrusive__fc\.inputs\.0")
 
+    def test_a_damaged_file_is_refused_by_name(self):
+        dest = self.path("damaged")
+        shutil.copytree(self.clean, dest)
+        victim = sorted(f for f in os.listdir(dest) if "___name=non_intrusive__hidden_norm.output___" in f)[1]
+        with open(os.path.join(dest, victim), "wb") as f:
+            f.write(b"not a torch file")
+        stderr = self.refused("sglang", dest)
+        self.assertIn(f"damaged/{victim}: not a readable dumper file", stderr)
+
     def test_a_dump_of_another_layout_finds_no_drafter_pass(self):
         stderr = self.refused("sglang", self.clean, "--tap-map", self.explicit_map)
         self.assertIn("no drafter forward pass was found: no block input 'block_ids' is followed by a tap", stderr)
