@@ -1,4 +1,5 @@
-"""The `dflash-capture` command: `record` a drafter into a fixture, `inspect` a fixture."""
+"""The `dflash-capture` command: `record` a drafter into a fixture, `import` an engine's dumps as
+one, `inspect` a fixture."""
 import argparse
 import json
 import os
@@ -8,12 +9,17 @@ import time
 import torch
 
 from .checkpoint import import_class, load_drafter, load_target, read_config
+from .dump_import import PRECISION_CHOICES, Drafter
+from .dump_map import SGLANG_DFLASH, load_dump_map
 from .errors import CaptureError
 from .fixture_writer import FORMAT_NAME
 from .json_file import read_json_object
+from .plain_dump import import_plain
 from .recorder import PRECISIONS, Recorder
 from .safetensors_io import read_safetensors
 from .scenario import load_hidden, run_scenario
+from .sglang_import import import_sglang
+from .stages import tap_order
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -54,6 +60,24 @@ def _parser():
     r.add_argument("--hidden", help="safetensors of real target hidden states [N, nT·Ht] (default: seeded random)")
     r.add_argument("--name", help="fixture name (default the output folder's name)")
     r.add_argument("--description", default="", help="fixture description")
+    imp = sub.add_parser("import", help="turn an engine's dumps of a run into a fixture (format v1)")
+    kinds = imp.add_subparsers(dest="kind", required=True)
+    sglang = kinds.add_parser("sglang", help="the files of SGLang's dumper (python/sglang/srt/debug_utils/dumper.py)")
+    plain = kinds.add_parser("dir", help="the plain layout: manifest.json and one safetensors file per forward pass")
+    for k in (sglang, plain):
+        k.add_argument("dump_dir", help="the dump directory")
+        k.add_argument("--checkpoint", required=True, help="the drafter checkpoint the run used (Hugging Face layout)")
+        k.add_argument("--target", required=True,
+                       help="the target's embed_tokens/lm_head: a safetensors file or a checkpoint directory")
+        k.add_argument("--out", required=True, help="fixture directory to write")
+        k.add_argument("--ctx-cap", type=int, default=4096, help="the drafter's context window (default 4096)")
+        k.add_argument("--page-size", type=int, default=16, help="head KV page size (default 16)")
+        k.add_argument("--precision", choices=PRECISION_CHOICES,
+                       help="expectation precision (default: from the dumped dtypes)")
+        k.add_argument("--name", help="fixture name (default the output folder's name)")
+        k.add_argument("--description", default="", help="fixture description")
+    sglang.add_argument("--tap-map", help="JSON map of dumped names to inputs and stages (default: SGLang's "
+                                          "DFlash drafter, docs/capture.md)")
     i = sub.add_parser("inspect", help="print what a fixture recorded")
     i.add_argument("fixture", help="fixture directory or its fixture.json")
     return p
@@ -96,6 +120,33 @@ def record(args):
         print(f"record: warning: {warning}", file=sys.stderr)
     print(f"record: wrote {args.out} ({len(recorder.steps)} steps, expect_precision "
           f"{PRECISIONS[recorder.dtype]})")
+
+
+def import_dump(args):
+    for key, value in (("--ctx-cap", args.ctx_cap), ("--page-size", args.page_size)):
+        if value < 1:
+            raise CaptureError(f"{key} must be >= 1, got {value}")
+    drafter = Drafter(args.checkpoint, args.target)
+    provenance = {"producer": f"dflash_capture import {args.kind}, torch {torch.__version__}", "dump": args.dump_dir}
+    precision = args.precision
+    if args.kind == "sglang":
+        dump_map = load_dump_map(args.tap_map) if args.tap_map else SGLANG_DFLASH
+        provenance["tap_map"] = args.tap_map or "default SGLang DFlash map"
+        fixture, passes = import_sglang(args.dump_dir, dump_map, drafter.facts, args.ctx_cap)
+    else:
+        fixture, manifest_precision = import_plain(args.dump_dir, drafter.facts, args.ctx_cap)
+        precision = precision or manifest_precision
+    name = args.name or os.path.basename(os.path.normpath(args.out))
+    steps, precision = fixture.write(args.out, drafter, ctx_cap=args.ctx_cap, kv_page_size=args.page_size,
+                                     precision=precision, name=name, description=args.description,
+                                     provenance=provenance)
+    taps = {t for s in steps.steps for e in s.get("propose", []) for t in e["expect"].get("taps", {})}
+    missing = [t for t in tap_order(drafter.facts.num_layers) if t not in taps]
+    print(f"import: wrote {args.out} ({len(steps.steps)} steps, expect_precision {precision}, {len(taps)} taps)")
+    if args.kind == "sglang":
+        print(f"import: {passes} drafter forward pass(es) in {args.dump_dir}", file=sys.stderr)
+    if missing:
+        print(f"import: note: no expectation for {', '.join(missing)}", file=sys.stderr)
 
 
 def inspect(args):
@@ -143,7 +194,7 @@ def inspect(args):
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
-        (record if args.command == "record" else inspect)(args)
+        {"record": record, "import": import_dump, "inspect": inspect}[args.command](args)
     except CaptureError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,8 @@ import torch
 from . import rope_hook
 from .drafter_config import DrafterFacts
 from .errors import CaptureError
-from .fixture_writer import write_fixture
+from .fixture_steps import FixtureSteps, target_tensors
+from .stages import tap_width
 from .storage import exact_storage
 from .tap_map import BLOCK, TapMap, detect_tap_map
 
@@ -109,10 +110,17 @@ class Recorder:
         self.rope = rope
         self.producer = producer or f"dflash_capture Recorder, {type(model).__name__}, torch {torch.__version__}"
         self.progress = progress
-        self.steps = []
-        self.trace = {}
-        self.sequences = {}  # seq -> {"next": position, "window": [W, F] rows, "released": bool}
+        self.fixture = FixtureSteps(f, self.head)
+        self.windows = {}  # seq -> the [W, F] context rows in its window
         self.missing_rope_taps = False
+
+    @property
+    def steps(self):
+        return self.fixture.steps
+
+    @property
+    def trace(self):
+        return self.fixture.trace
 
     # ---- inputs ----
 
@@ -138,71 +146,25 @@ class Recorder:
 
     def release(self, seqs):
         """Frees the listed sequences (a release step)."""
-        seqs = list(seqs)
-        if not seqs:
-            raise CaptureError("release: no sequence listed")
+        self.fixture.release(seqs)
         for seq in seqs:
-            state = self.sequences.get(seq)
-            if state is None or state["released"]:
-                raise CaptureError(f"release: seq {seq} is not active")
-            state["released"] = True
-            state["window"] = None
-        self.steps.append({"release": seqs})
+            self.windows.pop(seq, None)
 
     def propose(self, entries):
         """One batched propose. Each entry: seq, ctx ([C, nT·Ht] new context rows), start, anchor,
         block_width. Returns the draft tokens of each entry (lists of B-1 ints)."""
-        f = self.facts
-        if not entries or len(entries) > self.head["max_batch"]:
-            raise CaptureError(f"propose: {len(entries)} sequences; a propose serves 1..max_batch "
-                               f"({self.head['max_batch']})")
-        step_index = len(self.steps)
-        widths = {f.clamp_width(e["block_width"], self.gamma) for e in entries}
-        if len(widths) != 1:
-            raise CaptureError(f"step {step_index}: block widths clamp to {sorted(widths)}; one propose runs one width")
-        B = widths.pop()
-        seen = set()
+        step_index = self.fixture.step_index
+        B = self.fixture.check_propose(entries)
+        used, expectations, drafts = [], [], []
         for e in entries:
-            self._check_entry(step_index, e, seen)
-        step, drafts = [], []
-        for e in entries:
-            entry, tokens = self._propose_one(step_index, e, B)
-            step.append(entry)
-            drafts.append(tokens)
-        self.steps.append({"propose": step})
+            ctx, expect = self._propose_one(step_index, e, B)
+            used.append(dict(e, ctx=ctx))  # the rows the module used, as the fixture stores them
+            expectations.append(expect)
+            drafts.append(expect["draft_tokens"].tolist())
+        self.fixture.add_propose(used, expectations)
         if self.progress:
             self.progress(step_index)
         return drafts
-
-    def _check_entry(self, step_index, e, seen):
-        f = self.facts
-        seq = e.get("seq")
-        where = f"step {step_index}, seq {seq}"
-        if not isinstance(seq, int) or seq < 0:
-            raise CaptureError(f"step {step_index}: seq must be an integer >= 0, got {seq!r}")
-        if seq in seen:
-            raise CaptureError(f"{where}: appears twice in one propose")
-        seen.add(seq)
-        state = self.sequences.get(seq)
-        if state is not None and state["released"]:
-            raise CaptureError(f"{where}: was released and is used again")
-        ctx = e.get("ctx")
-        if not isinstance(ctx, torch.Tensor) or ctx.dim() != 2 or ctx.shape[1] != f.ctx_features:
-            shape = list(ctx.shape) if isinstance(ctx, torch.Tensor) else type(ctx).__name__
-            raise CaptureError(f"{where}: ctx must be [C, {f.ctx_features}] (nT·Ht), got {shape}")
-        start, anchor, width = e.get("start"), e.get("anchor"), e.get("block_width")
-        for key, value in (("start", start), ("anchor", anchor), ("block_width", width)):
-            if not isinstance(value, int) or value < 0:
-                raise CaptureError(f"{where}: {key} must be an integer >= 0, got {value!r}")
-        if anchor >= f.vocab_size:
-            raise CaptureError(f"{where}: anchor {anchor} is outside [0, vocab_size {f.vocab_size})")
-        nxt = 0 if state is None else state["next"]
-        C = ctx.shape[0]
-        if C == 0 and nxt == 0:
-            raise CaptureError(f"{where}: no context rows, and the sequence has no context yet")
-        if start - C != nxt:
-            raise CaptureError(f"{where}: the {C} context rows cover positions {start - C}..{start - 1}, but the "
-                               f"sequence's next context position is {nxt}")
 
     def _propose_one(self, step_index, e, B):
         f = self.facts
@@ -210,9 +172,8 @@ class Recorder:
         device = self._device()
         ctx = e["ctx"].detach().to(device=device, dtype=self.dtype)
         C = ctx.shape[0]
-        state = self.sequences.setdefault(seq, {"next": 0, "window": ctx[:0], "released": False})
-        window = torch.cat([state["window"], ctx])[-self.head["ctx_cap"]:]
-        state["window"], state["next"] = window, start
+        window = torch.cat([self.windows.get(seq, ctx[:0]), ctx])[-self.head["ctx_cap"]:]
+        self.windows[seq] = window
         W = window.shape[0]
 
         tokens = torch.tensor([anchor] + [f.mask_token_id] * (B - 1), device=device)
@@ -230,34 +191,12 @@ class Recorder:
                                    f"expected [1, {B}, {f.hidden_size}] (final-normed block rows)")
             logits = torch.nn.functional.linear(hidden[0, 1:], self.lm_head)
         drafts = torch.argmax(logits, dim=-1)  # the first index among equal maxima (docs/spec/drafter.md §3)
-
-        prefix = f"s{step_index}.q{seq}."
-        ctx_name = prefix + "ctx"
-        self.trace[ctx_name] = exact_storage(ctx, f"step {step_index}, seq {seq}: context rows")
-        self.trace[prefix + "logits"] = logits.float().cpu().contiguous()
-        self.trace[prefix + "drafts"] = drafts.to(torch.int32).cpu().contiguous()
         taps = {"embed": noise[0]}
         taps.update(self._taps_of(forward, B, min(C, self.head["ctx_cap"]), step_index, seq))
-        tap_names = {}
-        for tap in self._order(taps):
-            name = prefix + "tap." + tap
-            self.trace[name] = taps[tap].float().cpu().contiguous()
-            tap_names[tap] = name
-        entry = {"seq": seq, "ctx": ctx_name, "start": start, "anchor": anchor, "block_width": e["block_width"],
-                 "expect": {"logits": prefix + "logits", "draft_tokens": prefix + "drafts", "taps": tap_names}}
-        return entry, drafts.tolist()
-
-    def _order(self, taps):
-        order = ["ctx_proj", "embed"]
-        for l in range(self.facts.num_layers):
-            order += [f"L{l}.{s}" for s in ("attn_norm", "q", "k", "v", "attn", "o_proj", "mlp_norm", "mlp", "out")]
-        order.append("final_norm")
-        return [t for t in order if t in taps]
+        return ctx, {"logits": logits, "draft_tokens": drafts, "taps": taps}
 
     def _taps_of(self, forward, B, new_rows, step_index, seq):
         f = self.facts
-        width = {"q": f.num_heads * f.head_dim, "attn": f.num_heads * f.head_dim,
-                 "k": f.num_kv_heads * f.head_dim, "v": f.num_kv_heads * f.head_dim}
         out = {}
         sources = dict(self.taps)
         if self.attention:
@@ -278,8 +217,7 @@ class Recorder:
                 continue
             if rows.shape[0] < keep:
                 raise CaptureError(f"{what}: saw {rows.shape[0]} rows, fewer than the {keep} it needs")
-            stage = tap.split(".", 1)[1] if tap.startswith("L") else tap
-            cols = width.get(stage, f.hidden_size)
+            cols = tap_width(tap, f)
             if rows.shape[1] != cols:
                 raise CaptureError(f"{what}: rows of {rows.shape[1]} features; the tap has {cols} "
                                    f"(docs/spec/drafter.md §7)")
@@ -329,15 +267,11 @@ class Recorder:
 
     def save(self, out_dir, name, description="", provenance=None):
         """Writes the fixture; returns the list of warnings (e.g. taps that could not be recorded)."""
-        if not any("propose" in s for s in self.steps):
-            raise CaptureError(f"{out_dir}: nothing was proposed; a fixture needs at least one propose")
         prov = {"producer": self.producer, "expect_precision": PRECISIONS[self.dtype]}
         prov.update(provenance or {})
-        target = {"embed_tokens.weight": exact_storage(self.embed_tokens, "target tensor 'embed_tokens'"),
-                  "lm_head.weight": exact_storage(self.lm_head, "target tensor 'lm_head'")}
-        write_fixture(out_dir, name=name, description=description, provenance=prov, config=self.config,
-                      drafter_tensors=self.drafter_tensors(), target_tensors=target, head=self.head,
-                      steps=self.steps, trace_tensors=self.trace)
+        self.fixture.write(out_dir, name=name, description=description, provenance=prov, config=self.config,
+                           drafter_tensors=self.drafter_tensors(),
+                           target=target_tensors(self.embed_tokens, self.lm_head))
         warnings = []
         if self.missing_rope_taps:
             warnings.append("no RoPE hook reported q and k: the L{l}.q and L{l}.k taps are not recorded "

@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import drafter_checkpoints as dc  # noqa: E402
+import harness_replay  # noqa: E402
 import tiny_dflash  # noqa: E402
 from dflash_capture import CaptureError, Recorder, TapMap, UPSTREAM, patch_rope_function  # noqa: E402
 from dflash_capture.checkpoint import load_drafter  # noqa: E402
@@ -26,13 +26,6 @@ from dflash_capture.safetensors_io import read_safetensors, write_safetensors  #
 
 MODEL_FILE = os.path.join(HERE, "tiny_dflash.py")
 SEED = 11
-
-
-def harness():
-    path = os.environ.get("DFLASH_HARNESS")
-    if not path or not os.access(path, os.X_OK):
-        raise AssertionError("DFLASH_HARNESS must name the dflash-harness binary (the ctest test sets it)")
-    return path
 
 
 class CaptureRoundTrip(unittest.TestCase):
@@ -56,32 +49,11 @@ class CaptureRoundTrip(unittest.TestCase):
         self.assertEqual(capture_main(argv), 0)
         return os.path.join(self.dir, out)
 
-    def replay(self, fixture):
-        report = fixture + ".report.json"
-        run = subprocess.run([harness(), "replay", fixture, "--json", report], capture_output=True, text=True)
-        with open(report) as f:
-            result = json.load(f)["results"][0]
-        return run, result
-
     def assert_passes(self, fixture, precision):
-        run, result = self.replay(fixture)
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        self.assertEqual(result["expect_precision"], precision)
-        self.assertEqual(result["verdict"], "pass")
-        pair = result["pairs"][0]
-        self.assertLess(pair["worst_ratio"], 1.0)
-        self.assertEqual(pair["tokens"]["mismatch"], 0)
-        print(f"\n  {os.path.basename(fixture)}: worst error/bound {pair['worst_ratio']:.3f} at {pair['worst_stage']}, "
-              f"tokens {pair['tokens']}", file=sys.stderr)
-        return result
+        return harness_replay.assert_passes(self, fixture, precision)
 
     def assert_rejected_at(self, fixture, stage):
-        run, result = self.replay(fixture)
-        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
-        first = result["first_divergence"]
-        self.assertEqual((first["stage"], first["step"]), (stage, 0), first["text"])
-        self.assertIn(f"first divergence at {stage}", run.stdout)
-        print(f"\n  {os.path.basename(fixture)}: {first['text']}", file=sys.stderr)
+        harness_replay.assert_rejected_at(self, fixture, stage)
 
     def test_fp64_capture_replays_within_the_fp64_bound(self):
         fixture = self.record("clean-fp64")
