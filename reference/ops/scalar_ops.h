@@ -1,5 +1,5 @@
 // Plain scalar versions of the elementwise ops (the same formulas as the Highway kernels in
-// *-inl.h, one element at a time). They are what the Highway kernels are tested against on every
+// ops.cc, one element at a time). They are what the Highway kernels are tested against on every
 // target, and they document the exact operation order each kernel follows.
 #pragma once
 #include <cmath>

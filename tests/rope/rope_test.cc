@@ -1,7 +1,7 @@
 // core/rope.h against RoPE as Hugging Face transformers forms it, at positions up to 128k.
 //
-// The expected values (core/rope_test_table.h) come from core/rope_test_table.py, which follows
-// upstream's formulas independently of this code: numpy float32 for upstream's fp32 tensor
+// The expected values (rope_test_table.h beside this file) come from rope_test_table.py, which
+// follows upstream's formulas independently of this code: numpy float32 for upstream's fp32 tensor
 // operations, Python floats for its Python ones, SLEEF's powf (torch's CPU fp32 pow) for the
 // power, cos/sin at 200 bits rounded once to float32. Every value is compared bit for bit:
 // inv_freq, the attention factor, the angle float(p)·inv_freq[j] and the scaled cos and sin.
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/rope_test_table.h"
+#include "tests/rope/rope_test_table.h"
 
 namespace dflash {
 namespace {
