@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(ReferencePlantedFaults, ReferenceBrokenVariants,
 
 // Property 7's body, run on the CPU: a candidate that took rope_theta from its default must be
 // caught by the tolerance comparison, at a stage no later than L0.q.
-TEST(ReferenceBrokenVariantsOfCudaProperties, P7_CatchesADefaultedRopeTheta) {
+TEST(ReferenceBrokenVariantsOfDeviceProperties, P7_CatchesADefaultedRopeTheta) {
   const BrokenVariant variant{"DefaultRopeTheta",
                               [](const Backend& base, const Backend& broken) { matches_reference_property(base, broken); },
                               default_rope_theta, "first stage over its bound is"};
