@@ -266,7 +266,7 @@ run_pass() {
       done
     done
     fault_replay "$label" alloc:1 125 cudaErrorMemoryAllocation
-    fault_replay "$label" launch:3 2 cudaErrorLaunchFailure
+    fault_replay "$label" launch:3 3 cudaErrorLaunchFailure  # an internal error: exit 3
   fi
 }
 

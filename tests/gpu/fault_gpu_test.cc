@@ -1,6 +1,6 @@
 // Faults inside the CUDA drafter, injected through the test-only lever of cuda/cuda_check.h: a
 // failed device allocation is "cannot run here" (exit 125) and a failed kernel launch an internal
-// error (exit 2), each naming the call that failed; the drafter is never left half-built, and a
+// error (exit 3), each naming the call that failed; the drafter is never left half-built, and a
 // later drafter runs normally. ci/gpu-gate.sh also injects both into a whole replay
 // (DFLASH_CUDA_FAULT) and checks its exit code and JSON report.
 #include <gtest/gtest.h>
