@@ -1,5 +1,5 @@
 // `dflash-harness replay FIXTURE...`: the table, the first-divergence reports, the count line, the
-// JSON and HTML reports.
+// JSON and HTML reports; `--shard I/N` replays one shard of the fixtures.
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -14,6 +14,7 @@
 #include "tools/error_message.h"
 #include "tools/progress.h"
 #include "tools/run_replay.h"
+#include "tools/shard.h"
 
 namespace dflash {
 namespace {
@@ -22,7 +23,7 @@ struct ReplayArgs {
   std::vector<std::string> fixtures;
   std::string backend = "reference";
   std::string precision;  // empty: the backend's default
-  std::string json_path, html_path;
+  std::string json_path, html_path, shard;
   int warmup = 1;
   bool verbose = false;
 };
@@ -45,7 +46,25 @@ int run_replay(const ReplayArgs& args) {
 
   ReportRun run{args.backend, precision_name(request.precision), args.fixtures, 0, 0};
   std::vector<size_t> mine;  // positions in args.fixtures of the fixtures this run replays
-  for (size_t i = 0; i < args.fixtures.size(); ++i) mine.push_back(i);
+  if (args.shard.empty()) {
+    for (size_t i = 0; i < args.fixtures.size(); ++i) mine.push_back(i);
+  } else {
+    const ShardSpec spec = parse_shard(args.shard);
+    run.shard = spec.index;
+    run.shards = spec.count;
+    std::vector<uint64_t> bytes;
+    for (const std::string& path : args.fixtures) bytes.push_back(fixture_bytes(path));
+    const std::vector<int> shards = assign_shards(args.fixtures, bytes, spec.count);
+    uint64_t mine_bytes = 0, all_bytes = 0;
+    for (size_t i = 0; i < args.fixtures.size(); ++i) {
+      all_bytes += bytes[i];
+      if (shards[i] != spec.index) continue;
+      mine.push_back(i);
+      mine_bytes += bytes[i];
+    }
+    std::cout << "shard " << spec.index << "/" << spec.count << ": " << mine.size() << " of " << args.fixtures.size()
+              << " fixtures (" << mine_bytes << " of " << all_bytes << " bytes)\n";
+  }
 
   Progress progress(std::cout, stdout_is_terminal(), args.verbose);
   std::vector<FixtureOutcome> outcomes;
@@ -109,6 +128,9 @@ Command add_replay_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
   cmd->add_option("--html", args->html_path, "Also write the HTML report (as `report` renders it) here");
+  cmd->add_option("--shard", args->shard,
+                  "I/N: replay only shard I (1-based) of N, a stable partition of the fixtures balanced by size; "
+                  "`report` merges the shards' --json reports");
   cmd->add_flag("-v,--verbose", args->verbose,
                 "Every setting of each drafter, and progress lines when stdout is not a terminal");
   return {cmd, [args] { return run_replay(*args); }};

@@ -1,11 +1,12 @@
-// `dflash-harness report JSON... [-o report.html]`: renders one self-contained page from replay
-// reports, and exits with the exit code of the run(s) they record.
+// `dflash-harness report JSON... [--json merged.json] [-o report.html]`: merges the shards of one
+// run (replay --shard), renders one self-contained page, and exits with the run's exit code.
 #include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "compare/report_html.h"
 #include "compare/report_json.h"
+#include "compare/report_merge.h"
 #include "compare/run_tally.h"
 #include "core/error.h"
 #include "tools/commands.h"
@@ -15,12 +16,21 @@ namespace {
 
 struct ReportArgs {
   std::vector<std::string> inputs;
-  std::string output;
+  std::string output, json_output;
 };
 
 int run_report(const ReportArgs& args) {
-  std::vector<nlohmann::json> documents;
-  for (const std::string& path : args.inputs) documents.push_back(read_report_document(path));
+  std::vector<nlohmann::json> read;
+  for (const std::string& path : args.inputs) read.push_back(read_report_document(path));
+  const std::vector<nlohmann::json> documents = merge_reports(read, args.inputs);
+  if (!args.json_output.empty()) {
+    if (documents.size() != 1) {
+      throw bad_input("--json " + args.json_output + ": " + std::to_string(documents.size()) +
+                      " reports that are not shards of one run cannot be merged into one document");
+    }
+    write_report_document(args.json_output, documents.front());
+    std::cout << "wrote " << args.json_output << "\n";
+  }
   if (!args.output.empty()) {
     const std::string html = render_html_report(documents);
     std::ofstream out(args.output, std::ios::binary | std::ios::trunc);
@@ -47,9 +57,11 @@ int run_report(const ReportArgs& args) {
 Command add_report_command(CLI::App& app) {
   auto args = std::make_shared<ReportArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "report", "Render replay reports as one self-contained HTML page; exits with the run's exit code");
+      "report", "Merge replay reports (the shards of one run) and render them as one self-contained HTML page; "
+                "exits with the run's exit code");
   cmd->add_option("reports", args->inputs, "JSON reports written by replay --json")->required();
   cmd->add_option("-o,--output", args->output, "The HTML file to write");
+  cmd->add_option("--json", args->json_output, "Write the merged JSON report (the shards of one run) here");
   return {cmd, [args] { return run_report(*args); }};
 }
 
