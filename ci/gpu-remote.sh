@@ -2,8 +2,9 @@
 # The remote-GPU adapter of ci/gpu-gate.sh, for a GPU machine that has the NVIDIA driver, CMake's
 # ctest and python3 but not this project's toolchain: build here, carry one bundle, run there.
 #
-#   ci/gpu-remote.sh stage
-#     here: builds both trees (ci/gpu-gate.sh --build-only) and packs what the gate runs (the
+#   ci/gpu-remote.sh stage [--no-build]
+#     here: builds both trees (ci/gpu-gate.sh --build-only; DFLASH_RELEASE_DIR and DFLASH_TESTING_DIR
+#     name them) and packs what the gate runs (the
 #     release command and benchmarks, every GPU test binary with its CTest files, the catch table,
 #     libhwy and libsleef) into .gpu/bundle.tar.xz (git-ignored), one xz window over every binary so
 #     the kernels they share cost once.
@@ -13,13 +14,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-release_dir=build-release
-testing_dir=build-testing
+release_dir=${DFLASH_RELEASE_DIR:-build-release}
+testing_dir=${DFLASH_TESTING_DIR:-build-testing}
 bundle=.gpu/bundle.tar.xz
 
 case "${1:-}" in
   stage)
-    DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir ci/gpu-gate.sh --build-only
+    [ "${2:-}" = --no-build ] || DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir ci/gpu-gate.sh --build-only
     staging=$(mktemp -d)
     {
       echo "$release_dir/tools/dflash-harness"
@@ -35,7 +36,7 @@ case "${1:-}" in
     } | sort -u >"$staging/files"
     tar -cf "$staging/trees.tar" -T "$staging/files"
     mkdir -p "$staging/lib" && cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 "$staging/lib/"
-    echo "$root" >"$staging/built-in"
+    echo "$root $release_dir $testing_dir" >"$staging/built-in"
     count=$(wc -l <"$staging/files")
     rm -rf .gpu && mkdir -p .gpu
     tar -cf - -C "$staging" trees.tar lib built-in | xz -9 -T1 >"$bundle"
@@ -48,7 +49,8 @@ case "${1:-}" in
     unpacked=$(mktemp -d)
     tar -xJf "$bundle" -C "$unpacked"
     tar -xf "$unpacked/trees.tar"
-    built_in=$(cat "$unpacked/built-in")
+    read -r built_in release_dir testing_dir <"$unpacked/built-in"
+    export DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir
     find "$testing_dir" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
       -exec sed -i "s#$built_in#$root#g" {} +
     export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

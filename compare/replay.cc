@@ -120,7 +120,7 @@ class Replayer {
       result_.steps_run = step + 1;
       if (options_.on_step) options_.on_step(step + 1, last + 1);
     }
-    pick_first_divergence();
+    result_.first_divergence = earliest_divergence(result_);
     return std::move(result_);
   }
 
@@ -397,26 +397,6 @@ class Replayer {
     }
   }
 
-  // The earliest step with a failure; within it the earliest stage in forward order (token and
-  // shape faults of the drafter count after every stage), then batch order.
-  void pick_first_divergence() {
-    int best_step = -1;
-    const Divergence* best = nullptr;
-    int best_order = 0;
-    for (const SequenceResult& seq : result_.sequences) {
-      if (!seq.divergence) continue;
-      if (best != nullptr && seq.step > best_step) break;
-      const int order = stage_order_index(seq.divergence->stage, result_.num_layers, fixture_.config.dflash2.enabled);
-      const int effective = order < 0 ? 1 << 30 : order;
-      if (best == nullptr || effective < best_order) {
-        best = &*seq.divergence;
-        best_step = seq.step;
-        best_order = effective;
-      }
-    }
-    if (best != nullptr) result_.first_divergence = *best;
-  }
-
   const Fixture& fixture_;
   const std::vector<ReplayLane>& lanes_;
   const ReplayOptions& options_;
@@ -450,6 +430,35 @@ ReplayResult replay_fixture(const Fixture& fixture, const std::vector<ReplayLane
   return Replayer(fixture, lanes, cross_checks, options).run();
 }
 
+namespace {
+
+// Where a sequence's divergence sits in forward order: its stage's position, or after every stage
+// for the faults that are not a stage check (draft tokens, a missing output).
+int divergence_order(const SequenceResult& seq) {
+  for (const StageCheck& check : seq.stages) {
+    if (check.stage == seq.divergence->stage) return check.order;
+  }
+  return std::numeric_limits<int>::max();
+}
+
+}  // namespace
+
+std::optional<Divergence> earliest_divergence(const ReplayResult& result, int pair) {
+  const SequenceResult* best = nullptr;
+  int best_order = 0;
+  for (const SequenceResult& seq : result.sequences) {  // in step order
+    if (!seq.divergence || (pair >= 0 && seq.pair != pair)) continue;
+    if (best != nullptr && seq.step > best->step) break;
+    const int order = divergence_order(seq);
+    if (best == nullptr || order < best_order) {
+      best = &seq;
+      best_order = order;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return best->divergence;
+}
+
 PairTotals pair_totals(const ReplayResult& result, int pair) {
   PairTotals totals;
   for (const SequenceResult& seq : result.sequences) {
@@ -465,6 +474,16 @@ PairTotals pair_totals(const ReplayResult& result, int pair) {
       if (totals.worst_stage.empty() || stage.ratio > totals.worst_ratio) {
         totals.worst_ratio = stage.ratio;
         totals.worst_stage = stage.stage;
+      }
+    }
+  }
+  totals.first_divergence = earliest_divergence(result, pair);
+  if (totals.first_divergence) {
+    const Divergence& d = *totals.first_divergence;
+    for (const SequenceResult& seq : result.sequences) {
+      if (seq.pair != pair || seq.step != d.step || seq.seq != d.seq) continue;
+      for (const StageCheck& stage : seq.stages) {
+        if (stage.stage == d.stage) totals.first_divergence_ratio = stage.ratio;
       }
     }
   }

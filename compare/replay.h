@@ -109,12 +109,27 @@ struct ReplayResult {
 ReplayResult replay_fixture(const Fixture& fixture, const std::vector<ReplayLane>& lanes,
                             const std::vector<CrossCheck>& cross_checks, const ReplayOptions& options = {});
 
+// One fixture of a run over several: its result, or why it could not run.
+struct FixtureOutcome {
+  std::string path;                    // as given to the command
+  std::optional<ReplayResult> result;  // when it ran
+  std::string error;                   // otherwise the message (what the command prints after "error: ")
+  int exit_code = 0;                   // and the exit code it earned (core/error.h)
+};
+
+// The earliest failure of comparison `pair` (-1: of any): the first step with one; within it the
+// earliest stage in forward order (token and shape faults of a drafter count after every stage),
+// then batch order. ReplayResult::first_divergence is this for pair -1.
+std::optional<Divergence> earliest_divergence(const ReplayResult& result, int pair = -1);
+
 // Aggregates for tables and plots.
 struct PairTotals {
   int sequences = 0, failed_sequences = 0;
   int agree = 0, excused = 0, mismatch = 0;
   double worst_ratio = 0;     // largest error/bound over every stage check
   std::string worst_stage;    // where it was
+  std::optional<Divergence> first_divergence;  // earliest_divergence of the pair
+  double first_divergence_ratio = 0;  // that stage's error/bound in that propose (0 for a token fault)
 };
 PairTotals pair_totals(const ReplayResult& result, int pair);
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compare/run_tally.h"
 #include "compare/text_format.h"
 
 namespace dflash {
@@ -32,24 +33,47 @@ th{background:#f3f3f3}.verdict-pass{color:#176b2c;font-weight:bold}.verdict-fail
 .error{background:#fff4e5;border-left:4px solid #e65100;padding:8px 12px}
 svg .bar.pass{fill:#4caf50}svg .bar.fail{fill:#e53935}svg .bar.first-divergence{stroke:#000;stroke-width:2}
 svg .bound{stroke:#b00020;stroke-dasharray:6 4}svg.heat-map .cell.fail{stroke:#000}svg text{font:11px sans-serif}svg .axis{stroke:#888}
-tr.fail td{background:#fdecea}
+tr.fail td{background:#fdecea}tr.could-not-run td{background:#fff4e5}
+figure{margin:12px 0;max-width:100%;overflow-x:auto}figcaption{font-size:12px;margin-bottom:4px;overflow-wrap:anywhere}
+figcaption .first-divergence-label{color:#b00020;font-weight:bold}
 )";
 
-// Error/bound per stage on a log scale from 1e-4 to 1e2; the bound is the line at 1.
+// Room for a stage name drawn at 60 degrees below an axis: a generous width per character of the
+// 11px font, so that no name is cut off at the bottom or the right edge of its plot.
+constexpr double kCharWidth = 7.0;
+struct LabelRoom {
+  int below = 0, right = 0;
+};
+LabelRoom label_room(const std::vector<std::string>& names) {
+  size_t longest = 0;
+  for (const std::string& name : names) longest = std::max(longest, name.size());
+  const double length = kCharWidth * static_cast<double>(longest);
+  return {static_cast<int>(std::ceil(0.87 * length + 0.5 * 11)) + 14, static_cast<int>(std::ceil(0.5 * length)) + 14};
+}
+
+// Error/bound per stage on a log scale from 1e-4 to 1e2; the bound is the line at 1. The caption is
+// HTML (it wraps with the page); the SVG is sized to hold its rotated stage names.
 std::string stage_plot(const json& pair, const std::string& first_stage) {
   const json& stages = pair["stages"];
   const int n = static_cast<int>(stages.size());
-  const int left = 56, top = 28, bar_step = 22, plot_height = 180, label_room = 96;
-  const int width = left + std::max(n, 1) * bar_step + 20, height = top + plot_height + label_room;
+  std::vector<std::string> names;
+  for (const json& s : stages) names.push_back(str(s, "stage"));
+  const LabelRoom room = label_room(names);
+  const int left = 40, top = 10, bar_step = 22, plot_height = 180;
+  const int width = left + std::max(n, 1) * bar_step + room.right, height = top + plot_height + room.below;
   const double log_min = -4, log_max = 2;
   const auto y_of = [&](double log_ratio) {
     const double clamped = std::min(log_max, std::max(log_min, log_ratio));
     return top + plot_height * (log_max - clamped) / (log_max - log_min);
   };
   std::ostringstream svg;
+  svg << "<figure class=\"stage-plot\"><figcaption>error / bound per stage (log scale; above the dashed line fails)";
+  if (!first_stage.empty()) {
+    svg << "<br><span class=\"first-divergence-label\">first divergence: " << html_escape(first_stage) << "</span>";
+  }
+  svg << "</figcaption>\n";
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" role=\"img\" aria-label=\"error over bound per stage\">\n";
-  svg << "<text x=\"" << left << "\" y=\"16\">error / bound per stage (log scale; above the dashed line fails)</text>\n";
   for (int e = static_cast<int>(log_min); e <= static_cast<int>(log_max); ++e) {
     const double y = y_of(e);
     svg << "<line class=\"axis\" x1=\"" << left - 4 << "\" x2=\"" << left << "\" y1=\"" << y << "\" y2=\"" << y
@@ -62,7 +86,7 @@ std::string stage_plot(const json& pair, const std::string& first_stage) {
       << bound_y << "\"/>\n";
   for (int i = 0; i < n; ++i) {
     const json& s = stages[i];
-    const std::string name = str(s, "stage");
+    const std::string& name = names[i];
     const bool passed = s["passed"].get<bool>();
     const bool finite = s["ratio"].is_number();
     const double ratio = finite ? s["ratio"].get<double>() : 0;
@@ -79,11 +103,7 @@ std::string stage_plot(const json& pair, const std::string& first_stage) {
         << top + plot_height + 8 << "\" transform=\"rotate(60 " << label_x << " " << top + plot_height + 8
         << ")\">" << html_escape(name) << "</text>\n";
   }
-  if (!first_stage.empty()) {
-    svg << "<text class=\"first-divergence-label\" x=\"" << left + 8 << "\" y=\"" << top + 14
-        << "\" fill=\"#b00020\">first divergence: " << html_escape(first_stage) << "</text>\n";
-  }
-  svg << "</svg>\n";
+  svg << "</svg></figure>\n";
   return svg.str();
 }
 
@@ -125,14 +145,15 @@ std::string step_stage_heat_map(const json& r, int pair_index) {
     }
   }
   if (grid.empty()) return "";
-  const int cell = 14, left = 64, top = 24, label_room = 96;
-  const int width = std::max(left + static_cast<int>(stages.size()) * cell + 16, 420);
-  const int height = top + static_cast<int>(grid.size()) * cell + label_room;
+  const LabelRoom room = label_room(stages);
+  const int cell = 14, left = 64, top = 4;
+  const int width = left + static_cast<int>(stages.size()) * cell + room.right;
+  const int height = top + static_cast<int>(grid.size()) * cell + room.below;
   std::ostringstream svg;
+  svg << "<figure class=\"heat-map\"><figcaption>error / bound per step and stage: green 1e-4, orange 1, red over, "
+         "grey not compared</figcaption>\n";
   svg << "<svg class=\"heat-map\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" role=\"img\" aria-label=\"error over bound per step and stage\">\n";
-  svg << "<text x=\"4\" y=\"14\">error / bound per step and stage: green 1e-4, orange 1, red over, grey not "
-         "compared</text>\n";
   int y = top;
   for (const auto& [step, row] : grid) {
     svg << "<text x=\"4\" y=\"" << y + cell - 3 << "\">step " << step << "</text>\n";
@@ -158,7 +179,7 @@ std::string step_stage_heat_map(const json& r, int pair_index) {
     svg << "<text x=\"" << label_x << "\" y=\"" << y + 6 << "\" transform=\"rotate(60 " << label_x << " " << y + 6
         << ")\">" << html_escape(stages[i]) << "</text>\n";
   }
-  svg << "</svg>\n";
+  svg << "</svg></figure>\n";
   return svg.str();
 }
 
@@ -244,41 +265,56 @@ std::string html_escape(const std::string& text) {
 }
 
 std::string render_html_report(const std::vector<json>& documents) {
-  std::vector<const json*> results, errors;
+  // Every fixture in its run's order (version 2 entries carry their index in run.fixtures; a
+  // version 1 document lists its results, then its errors).
+  struct Entry {
+    const json* value;
+    bool error;
+  };
+  std::vector<Entry> entries;
+  std::vector<const json*> results;
   for (const json& doc : documents) {
-    for (const json& r : doc["results"]) results.push_back(&r);
-    for (const json& e : doc["errors"]) errors.push_back(&e);
+    std::vector<std::pair<size_t, Entry>> ordered;
+    for (const json& r : doc["results"]) ordered.push_back({r.value("index", ordered.size()), {&r, false}});
+    for (const json& e : doc["errors"]) ordered.push_back({e.value("index", ordered.size()), {&e, true}});
+    std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [index, entry] : ordered) {
+      entries.push_back(entry);
+      if (!entry.error) results.push_back(entry.value);
+    }
   }
-  int passed = 0;
-  for (const json* r : results) passed += str(*r, "verdict") == "pass";
 
   std::ostringstream html;
   html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>dflash-harness report</title>\n"
        << "<style>" << kStyle << "</style></head>\n<body>\n<h1>dflash-harness report</h1>\n";
-  html << "<p id=\"totals\">" << results.size() << " fixture(s): " << passed << " pass, " << results.size() - passed
-       << " fail; " << errors.size() << " could not run</p>\n";
-  html << "<table class=\"summary\"><tr><th>fixture</th><th>comparison</th><th>worst stage</th><th>error/bound</th>"
+  html << "<p id=\"totals\">" << html_escape(count_line(tally_reports(documents))) << "</p>\n";
+  html << "<table class=\"summary\"><tr><th>fixture</th><th>comparison</th><th>stage</th><th>worst error/bound</th>"
           "<th>tokens agree / excused / mismatch</th><th>verdict</th></tr>\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const json& r = *results[i];
+  size_t result_index = 0;
+  for (const Entry& entry : entries) {
+    const json& r = *entry.value;
+    if (entry.error) {
+      html << "<tr class=\"could-not-run\"><td>" << html_escape(str(r, "fixture"))
+           << "</td><td colspan=\"4\">" << html_escape(str(r, "error")) << " (exit " << r.value("exit_code", 2)
+           << ")</td><td>could not run</td></tr>\n";
+      continue;
+    }
+    const size_t i = result_index++;
     for (const json& pair : r["pairs"]) {
       const json& tokens = pair["tokens"];
+      const json first = pair.value("first_divergence", json());
+      const std::string stage = first.is_object() ? "first divergence: " + str(first, "stage") + " (step " +
+                                                        std::to_string(first.value("step", -1)) + ")"
+                                                  : "worst: " + str(pair, "worst_stage");
       html << "<tr class=\"" << html_escape(str(r, "verdict")) << "\"><td><a href=\"#fixture-" << i << "\">"
            << html_escape(fixture_label(r)) << "</a></td><td>" << html_escape(str(pair, "label")) << "</td><td>"
-           << html_escape(str(pair, "worst_stage")) << "</td><td>" << ratio_text(pair.value("worst_ratio", json()))
+           << html_escape(stage) << "</td><td>" << ratio_text(pair.value("worst_ratio", json()))
            << "</td><td>" << tokens.value("agree", 0) << " / " << tokens.value("tie_excused", 0) << " / "
            << tokens.value("mismatch", 0) << "</td><td>" << html_escape(str(r, "verdict")) << "</td></tr>\n";
     }
   }
   html << "</table>\n";
   for (size_t i = 0; i < results.size(); ++i) render_result(html, *results[i], static_cast<int>(i));
-  if (!errors.empty()) {
-    html << "<h2>Could not run</h2>\n";
-    for (const json* e : errors) {
-      html << "<p class=\"error\">" << html_escape(str(*e, "fixture")) << ": " << html_escape(str(*e, "error"))
-           << " (exit " << e->value("exit_code", 2) << ")</p>\n";
-    }
-  }
   html << "</body></html>\n";
   return html.str();
 }

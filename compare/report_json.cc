@@ -159,6 +159,7 @@ json replay_result_to_json(const ReplayResult& result) {
                      {"tokens", {{"agree", totals.agree}, {"tie_excused", totals.excused}, {"mismatch", totals.mismatch}}},
                      {"worst_ratio", number(totals.worst_ratio)},
                      {"worst_stage", totals.worst_stage},
+                     {"first_divergence", totals.first_divergence ? divergence_to_json(*totals.first_divergence) : json(nullptr)},
                      {"stages", stage_summary(result, static_cast<int>(i))}});
   }
   j["pairs"] = pairs;
@@ -202,12 +203,28 @@ json replay_result_to_json(const ReplayResult& result) {
   return j;
 }
 
-json replay_error_to_json(const std::string& fixture, const std::string& message, int exit_code) {
-  return {{"fixture", fixture}, {"error", message}, {"exit_code", exit_code}};
-}
-
-json make_report_document(const std::vector<json>& results, const std::vector<json>& errors) {
-  return {{"format", kReportFormat}, {"version", kReportVersion}, {"results", results}, {"errors", errors}};
+json make_report_document(const ReportRun& run, const std::vector<FixtureOutcome>& outcomes,
+                          const std::vector<size_t>& indices) {
+  if (indices.size() != outcomes.size()) throw internal_error("make_report_document: one index per outcome");
+  json results = json::array(), errors = json::array();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const FixtureOutcome& outcome = outcomes[i];
+    if (outcome.result) {
+      json r = replay_result_to_json(*outcome.result);
+      r["index"] = indices[i];
+      r["path"] = outcome.path;
+      results.push_back(std::move(r));
+    } else {
+      errors.push_back({{"fixture", outcome.path}, {"index", indices[i]}, {"error", outcome.error},
+                        {"exit_code", outcome.exit_code}});
+    }
+  }
+  const json shard = run.shards > 0 ? json{{"index", run.shard}, {"count", run.shards}} : json(nullptr);
+  return {{"format", kReportFormat},
+          {"version", kReportVersion},
+          {"run", {{"backend", run.backend}, {"precision", run.precision}, {"fixtures", run.fixtures}, {"shard", shard}}},
+          {"results", results},
+          {"errors", errors}};
 }
 
 void write_report_document(const std::string& path, const json& document) {
@@ -216,6 +233,68 @@ void write_report_document(const std::string& path, const json& document) {
   out << document.dump(1) << '\n';
   if (!out) throw bad_input(path + ": write failed");
 }
+
+bool recomputed_pass(const json& result) {
+  if (!result.value("invariant_failures", json::array()).empty()) return false;
+  for (const json& seq : result.value("sequences", json::array())) {
+    for (const json& stage : seq.value("stages", json::array())) {
+      if (!stage.value("passed", false)) return false;
+    }
+    if (!seq.value("problems", json::array()).empty()) return false;
+    if (seq.contains("tokens") && seq["tokens"].value("mismatch", 0) != 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// run.fixtures[index] must be `path`: where an entry of a version-2 document sits in its run.
+void check_index(const json& entry, const json& run, const std::string& path_key, const std::string& where) {
+  if (!entry.contains("index") || !entry["index"].is_number_unsigned()) {
+    throw bad_input(where + ": field 'index' is missing or not a non-negative integer");
+  }
+  const size_t index = entry["index"].get<size_t>();
+  const json& fixtures = run["fixtures"];
+  if (index >= fixtures.size()) {
+    throw bad_input(where + ": field 'index' is " + std::to_string(index) + ", past the run's " +
+                    std::to_string(fixtures.size()) + " fixtures");
+  }
+  require(entry, path_key.c_str(), json::value_t::string, where);
+  if (entry[path_key] != fixtures[index]) {
+    throw bad_input(where + ": field '" + path_key + "' is " + entry[path_key].dump() + ", but run.fixtures[" +
+                    std::to_string(index) + "] is " + fixtures[index].dump());
+  }
+}
+
+void check_run(const json& doc, const std::string& path) {
+  if (!doc.contains("run") || !doc["run"].is_object()) throw bad_input(path + ": missing field 'run' (an object)");
+  const json& run = doc["run"];
+  const std::string where = path + ": run";
+  require(run, "backend", json::value_t::string, where);
+  require(run, "precision", json::value_t::string, where);
+  require(run, "fixtures", json::value_t::array, where);
+  for (size_t i = 0; i < run["fixtures"].size(); ++i) {
+    if (!run["fixtures"][i].is_string()) {
+      throw bad_input(where + ".fixtures[" + std::to_string(i) + "] is not a string");
+    }
+  }
+  if (!run.contains("shard")) throw bad_input(where + ": missing field 'shard' (null or {index, count})");
+  const json& shard = run["shard"];
+  if (shard.is_null()) return;
+  for (const char* key : {"index", "count"}) {
+    if (!shard.is_object() || !shard.contains(key) || !shard[key].is_number_integer()) {
+      throw bad_input(where + ".shard: field '" + key + "' is missing or not an integer");
+    }
+  }
+  const int64_t index = shard["index"].get<int64_t>(), count = shard["count"].get<int64_t>();
+  if (count < 1 || index < 1 || index > count) {
+    throw bad_input(where + ".shard: shard " + std::to_string(index) + "/" + std::to_string(count) +
+                    " is not one of 1/" + std::to_string(std::max<int64_t>(count, 1)) + ".." +
+                    std::to_string(std::max<int64_t>(count, 1)) + "/" + std::to_string(std::max<int64_t>(count, 1)));
+  }
+}
+
+}  // namespace
 
 json read_report_document(const std::string& path) {
   const json doc = read_json_file_strict(path);
@@ -226,10 +305,13 @@ json read_report_document(const std::string& path) {
   if (!doc.contains("version") || !doc["version"].is_number_integer()) {
     throw bad_input(path + ": field 'version' is missing or not an integer");
   }
-  if (doc["version"].get<int>() > kReportVersion) {
-    throw bad_input(path + ": report version " + std::to_string(doc["version"].get<int>()) +
-                    " is newer than this harness reads (" + std::to_string(kReportVersion) + ")");
+  const int64_t version = doc["version"].get<int64_t>();
+  if (version > kReportVersion) {
+    throw bad_input(path + ": report version " + std::to_string(version) + " is newer than this harness reads (" +
+                    std::to_string(kReportVersion) + ")");
   }
+  if (version < 1) throw bad_input(path + ": report version " + std::to_string(version) + " does not exist (1 or 2)");
+  if (version >= 2) check_run(doc, path);
   require(doc, "results", json::value_t::array, path);
   require(doc, "errors", json::value_t::array, path);
   for (size_t i = 0; i < doc["results"].size(); ++i) {
@@ -257,6 +339,14 @@ json read_report_document(const std::string& path) {
         require(stage, "stage", json::value_t::string, sw);
         require(stage, "passed", json::value_t::boolean, sw);
       }
+      // What the verdict is recomputed from (recomputed_pass).
+      if (seq.contains("problems")) require(seq, "problems", json::value_t::array, qw);
+      if (seq.contains("tokens")) {
+        require(seq, "tokens", json::value_t::object, qw);
+        if (!seq["tokens"].contains("mismatch") || !seq["tokens"]["mismatch"].is_number_integer()) {
+          throw bad_input(qw + ".tokens: field 'mismatch' is missing or not an integer");
+        }
+      }
     }
     for (size_t p = 0; p < r["pairs"].size(); ++p) {
       const std::string pw = where + ".pairs[" + std::to_string(p) + "]";
@@ -273,6 +363,13 @@ json read_report_document(const std::string& path) {
         }
       }
     }
+    if (version >= 2) check_index(r, doc["run"], "path", where);
+    const std::string verdict = r["verdict"].get<std::string>();
+    if (verdict != "pass" && verdict != "fail") throw bad_input(where + ": field 'verdict' is '" + verdict + "', not pass or fail");
+    if ((verdict == "pass") != recomputed_pass(r)) {
+      throw bad_input(where + " (" + r["fixture"].get<std::string>() + "): field 'verdict' is '" + verdict +
+                      "', but its sequences and invariant failures say '" + (recomputed_pass(r) ? "pass" : "fail") + "'");
+    }
     if (!r.contains("first_divergence")) throw bad_input(where + ": missing field 'first_divergence'");
     if (!r["first_divergence"].is_null()) {
       require(r["first_divergence"], "text", json::value_t::string, where + ".first_divergence");
@@ -282,8 +379,17 @@ json read_report_document(const std::string& path) {
   }
   for (size_t i = 0; i < doc["errors"].size(); ++i) {
     const std::string where = path + ": errors[" + std::to_string(i) + "]";
-    require(doc["errors"][i], "fixture", json::value_t::string, where);
-    require(doc["errors"][i], "error", json::value_t::string, where);
+    const json& e = doc["errors"][i];
+    require(e, "fixture", json::value_t::string, where);
+    require(e, "error", json::value_t::string, where);
+    if (!e.contains("exit_code") || !e["exit_code"].is_number_integer()) {
+      throw bad_input(where + ": field 'exit_code' is missing or not an integer");
+    }
+    const int code = e["exit_code"].get<int>();
+    if (code != kExitBadInput && code != kExitInternal && code != kExitCannotRun) {
+      throw bad_input(where + ": field 'exit_code' is " + std::to_string(code) + ", not 2, 3 or 125");
+    }
+    if (version >= 2) check_index(e, doc["run"], "fixture", where);
   }
   return doc;
 }

@@ -11,20 +11,34 @@
 namespace dflash {
 
 constexpr const char* kReportFormat = "dflash-harness-report";
-constexpr int kReportVersion = 1;
+// 2 added "run" (backend, precision, every fixture, the shard) and each entry's "index" and "path";
+// version 1 stays readable (an unsharded run without the "run" object).
+constexpr int kReportVersion = 2;
+
+// What one `replay` was asked to do (the "run" object): the shards of one run agree on all but
+// `shard`.
+struct ReportRun {
+  std::string backend, precision;
+  std::vector<std::string> fixtures;  // every fixture of the run as given, in order (all shards')
+  int shard = 0, shards = 0;          // this report holds shard `shard` (1-based) of `shards`; 0, 0: unsharded
+};
 
 // One fixture's replay. Non-finite numbers (an error of NaN, an infinite ratio) are written as null.
 nlohmann::json replay_result_to_json(const ReplayResult& result);
 
-// A fixture that could not be replayed: its path, the message and the exit code it earned.
-nlohmann::json replay_error_to_json(const std::string& fixture, const std::string& message, int exit_code);
-
-// {"format": ..., "version": 1, "results": [...], "errors": [...]}
-nlohmann::json make_report_document(const std::vector<nlohmann::json>& results, const std::vector<nlohmann::json>& errors);
+// The document of one run: `outcomes` are the fixtures this report holds (all of run.fixtures, or
+// one shard's), each at its position `indices[i]` in run.fixtures.
+nlohmann::json make_report_document(const ReportRun& run, const std::vector<FixtureOutcome>& outcomes,
+                                    const std::vector<size_t>& indices);
 void write_report_document(const std::string& path, const nlohmann::json& document);
 
-// Reads a report document, checking the fields the HTML writer relies on; kBadInput naming the file
-// and field on any defect.
+// Reads a report document (version 1 or 2), checking the fields the HTML writer, the merge and the
+// tally rely on, and that each verdict is what its sequences and invariant failures say; kBadInput
+// naming the file and field on any defect.
 nlohmann::json read_report_document(const std::string& path);
+
+// Whether a result passes, recomputed from its fields: every sequence's stages passed, no problem,
+// no draft-token mismatch, and no invariant failure.
+bool recomputed_pass(const nlohmann::json& result);
 
 }  // namespace dflash

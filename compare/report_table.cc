@@ -56,7 +56,10 @@ void print_stage_line(std::ostream& out, const StageCheck& s) {
       << pad(format_number(s.bound.rel_rms) + ")", 10) << " maxRel " << pad(format_number(m.max_rel), 9) << "(<= "
       << pad(format_number(s.bound.max_rel) + ")", 10) << " NMSE " << pad(format_number(m.nmse), 9) << " cos " << pad(format_number(m.cosine, "%.6f"), 9)
       << " bf16ulp " << m.max_bf16_ulp;
-  if (m.non_finite > 0) out << " non-finite " << m.non_finite;
+  if (m.non_finite > 0) {
+    out << " non-finite " << m.non_finite << " (first at row " << m.first_non_finite.row << ", column "
+        << m.first_non_finite.col << ")";
+  }
   out << "\n";
 }
 
@@ -81,23 +84,39 @@ void print_sequence_walk(std::ostream& out, const ReplayResult& result, const Se
   for (const std::string& problem : seq.problems) out << "    problem: " << problem << "\n";
 }
 
+// The stage column: a failing comparison's first divergence (forward order, earliest step), else
+// the worst stage of the comparison(s).
+std::string stage_cell(const PairTotals& t) {
+  if (t.first_divergence) {
+    const Divergence& d = *t.first_divergence;
+    std::string cell = "first: " + d.stage;
+    if (t.first_divergence_ratio > 0) cell += " " + format_number(t.first_divergence_ratio);
+    return cell + " (step " + std::to_string(d.step) + ")";
+  }
+  return t.worst_stage.empty() ? "-" : "worst: " + t.worst_stage + " " + format_number(t.worst_ratio);
+}
+
 }  // namespace
 
-void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results) {
-  const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "worst stage (error/bound)",
+void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& outcomes) {
+  const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "stage (error/bound)",
                                            "tokens a/e/m", "graph replays", "verdict"};
   std::vector<std::vector<std::string>> rows;
-  for (const ReplayResult& r : results) {
+  for (const FixtureOutcome& outcome : outcomes) {
+    if (!outcome.result) {
+      rows.push_back({outcome.path, "-", "-", "-", "-", "-", "-", "could not run: " + outcome.error});
+      continue;
+    }
+    const ReplayResult& r = *outcome.result;
     const std::string steps = std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps);
     if (r.pairs.empty()) {
       rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
       continue;
     }
     if (r.passed()) {  // one line: every comparison, the worst stage of any, the tokens summed
-      std::string labels, precisions, worst_stage, replays;
+      std::string labels, precisions, replays;
       std::set<int> lanes;
-      double worst_ratio = 0;
-      int agree = 0, excused = 0, mismatch = 0;
+      PairTotals worst;
       for (size_t p = 0; p < r.pairs.size(); ++p) {
         const PairTotals t = pair_totals(r, static_cast<int>(p));
         labels += (p ? "; " : "") + r.pairs[p].label;
@@ -105,25 +124,24 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
         if (lanes.insert(r.pairs[p].actual_lane).second) {
           replays += (replays.empty() ? "" : "; ") + graph_replays(r.proposers[r.pairs[p].actual_lane]);
         }
-        if (!t.worst_stage.empty() && (worst_stage.empty() || t.worst_ratio > worst_ratio)) {
-          worst_stage = t.worst_stage;
-          worst_ratio = t.worst_ratio;
+        if (!t.worst_stage.empty() && (worst.worst_stage.empty() || t.worst_ratio > worst.worst_ratio)) {
+          worst.worst_stage = t.worst_stage;
+          worst.worst_ratio = t.worst_ratio;
         }
-        agree += t.agree;
-        excused += t.excused;
-        mismatch += t.mismatch;
+        worst.agree += t.agree;
+        worst.excused += t.excused;
+        worst.mismatch += t.mismatch;
       }
-      rows.push_back({fixture_label(r), labels, precisions, steps,
-                      worst_stage.empty() ? "-" : worst_stage + " " + format_number(worst_ratio),
-                      std::to_string(agree) + "/" + std::to_string(excused) + "/" + std::to_string(mismatch), replays,
-                      "PASS"});
+      rows.push_back({fixture_label(r), labels, precisions, steps, stage_cell(worst),
+                      std::to_string(worst.agree) + "/" + std::to_string(worst.excused) + "/" +
+                          std::to_string(worst.mismatch),
+                      replays, "PASS"});
       continue;
     }
     for (size_t p = 0; p < r.pairs.size(); ++p) {
       const PairTotals t = pair_totals(r, static_cast<int>(p));
       const bool pair_ok = t.failed_sequences == 0;
-      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps,
-                      t.worst_stage.empty() ? "-" : t.worst_stage + " " + format_number(t.worst_ratio),
+      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps, stage_cell(t),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
                       graph_replays(r.proposers[r.pairs[p].actual_lane]), pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
     }
@@ -159,14 +177,16 @@ void print_levers(std::ostream& out, const ReplayResult& result) {
   }
 }
 
-void print_drafter_settings(std::ostream& out, const std::vector<ReplayResult>& results, bool full) {
+void print_drafter_settings(std::ostream& out, const std::vector<FixtureOutcome>& outcomes, bool full) {
   // Per drafter (name and precision), in order of appearance: each fixture's describe().
   struct Drafter {
     std::string name, precision;
     std::vector<std::pair<std::string, const ProposerSummary*>> runs;  // (fixture, its settings)
   };
   std::vector<Drafter> drafters;
-  for (const ReplayResult& r : results) {
+  for (const FixtureOutcome& outcome : outcomes) {
+    if (!outcome.result) continue;
+    const ReplayResult& r = *outcome.result;
     for (const ProposerSummary& p : r.proposers) {
       auto it = std::find_if(drafters.begin(), drafters.end(),
                              [&](const Drafter& d) { return d.name == p.name && d.precision == p.precision; });

@@ -9,14 +9,16 @@
 
 namespace dflash {
 
-// fixture | comparison | precision | steps | worst stage (error/bound) | tokens agree/excused/mismatch | verdict
-// A passing fixture is one line (its comparisons joined by "; ", the worst stage over all of them,
-// the tokens summed); a failing one has a line per comparison.
-void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results);
+// fixture | comparison | precision | steps | stage (error/bound) | tokens agree/excused/mismatch |
+// graph replays | verdict, a row for every fixture in the order given. A passing fixture is one
+// line (its comparisons joined by "; ", the worst stage over all of them, the tokens summed); a
+// failing one has a line per comparison, whose stage is its first divergence (forward order,
+// earliest step), not its worst; a fixture that could not run is one line "could not run: WHY".
+void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& outcomes);
 
 // Every drafter the results ran, once: "drafter NAME (PRECISION)", and with `full` its describe()
 // entries one per line (an entry that differs between fixtures lists each fixture's value).
-void print_drafter_settings(std::ostream& out, const std::vector<ReplayResult>& results, bool full);
+void print_drafter_settings(std::ostream& out, const std::vector<FixtureOutcome>& outcomes, bool full);
 
 // The drafters and their describe() levers.
 void print_levers(std::ostream& out, const ReplayResult& result);

@@ -1,5 +1,6 @@
 // One error type for the whole harness. Every failure says what, where and why; its kind decides
-// the command-line exit code (docs/cli.md: 0 pass, 1 mismatch, 2 bad input, 125 cannot run).
+// the command-line exit code (docs/cli.md: 0 pass, 1 mismatch, 2 bad input, 3 internal error,
+// 125 cannot run).
 #pragma once
 #include <cstdio>
 #include <stdexcept>
@@ -11,8 +12,15 @@ enum class ErrorKind {
   kBadInput,       // malformed file, wrong shape/dtype, bad config key, NaN, context gap: exit 2
   kPoolExhausted,  // the paged KV pool cannot serve a request (that request only): exit 2
   kUnsupported,    // valid input this build or machine cannot run (no GPU, head_dim not built): exit 125
-  kInternal,       // a broken invariant inside the harness itself: exit 2 with a bug report
+  kInternal,       // a broken invariant inside the harness itself (a bug): exit 3
 };
+
+// The exit codes of the command-line tools (docs/cli.md), usable by `git bisect run`.
+constexpr int kExitPass = 0;
+constexpr int kExitMismatch = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 3;
+constexpr int kExitCannotRun = 125;
 
 class HarnessError : public std::runtime_error {
  public:
@@ -29,7 +37,13 @@ inline HarnessError unsupported(const std::string& message) { return HarnessErro
 inline HarnessError internal_error(const std::string& message) { return HarnessError(ErrorKind::kInternal, message); }
 
 // Exit code a command-line tool returns for an error of this kind.
-inline int exit_code_for(ErrorKind kind) { return kind == ErrorKind::kUnsupported ? 125 : 2; }
+inline int exit_code_for(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kUnsupported: return kExitCannotRun;
+    case ErrorKind::kInternal: return kExitInternal;
+    default: return kExitBadInput;
+  }
+}
 
 // The main() of a small program (benchmarks, timing tools): returns main_impl(argc, argv), or
 // prints a HarnessError as "program: message" and returns its exit code.

@@ -2,6 +2,8 @@
 // fixture.json, sharded indexes). nlohmann keeps the last of two equal keys silently, which would
 // let a file say two things at once; these helpers refuse duplicate keys at any depth instead.
 #pragma once
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -69,11 +71,10 @@ Json parse_json_strict(const std::string& text, const std::string& source) {
 inline std::string read_text_file(const std::string& path) {
   // Only regular files: reading a FIFO or a device named by a hostile path could block forever.
   std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    throw bad_input(path + ": not a regular file");
-  }
+  if (!std::filesystem::exists(path, ec)) throw bad_input("no such file or directory: " + path);
+  if (!std::filesystem::is_regular_file(path, ec)) throw bad_input(path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw bad_input(path + ": cannot open the file");
+  if (!in) throw bad_input(path + ": cannot open the file (" + std::strerror(errno) + ")");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw bad_input(path + ": read error");

@@ -34,6 +34,21 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::string element_location(const std::vector<int64_t>& shape, int64_t flat) {
+  if (shape.size() < 2) return "index " + std::to_string(flat);
+  const int64_t cols = shape.back();
+  if (cols <= 0) return "index " + std::to_string(flat);
+  std::string text = "row " + std::to_string(flat / cols) + ", column " + std::to_string(flat % cols);
+  if (shape.size() == 2) return text;
+  std::vector<int64_t> index(shape.size());
+  int64_t rest = flat;
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] > 0 ? rest % shape[d] : 0;
+    rest = shape[d] > 0 ? rest / shape[d] : 0;
+  }
+  return text + " (index " + shape_string(index) + ")";
+}
+
 int64_t first_non_finite(const float* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(values[i])) return i;

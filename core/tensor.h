@@ -31,4 +31,8 @@ std::string shape_string(const std::vector<int64_t>& shape);
 // Index of the first NaN or Inf in values, or -1.
 int64_t first_non_finite(const float* values, int64_t count);
 
+// Where element `flat` (row-major) of a tensor of `shape` sits, in the 2-D view every report uses:
+// "index 17" (1-D), "row 3, column 17" (2-D), "row 7, column 17 (index [1, 3, 17])" (more dims).
+std::string element_location(const std::vector<int64_t>& shape, int64_t flat);
+
 }  // namespace dflash

@@ -1,5 +1,6 @@
 #include "core/weights.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -85,7 +86,10 @@ Tensor read_weight(const SafetensorsFile& file, const std::string& stored_name, 
   }
   Tensor t = file.read_float(stored_name);
   const int64_t bad = first_non_finite(t.values.data(), t.numel());
-  if (bad >= 0) throw bad_input(where + ": NaN or Inf at flat index " + std::to_string(bad));
+  if (bad >= 0) {
+    throw bad_input(where + " " + shape_string(t.shape) + ": " + (std::isnan(t.values[bad]) ? "NaN" : "Inf") + " at " +
+                    element_location(t.shape, bad));
+  }
   return t;
 }
 

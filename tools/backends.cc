@@ -65,7 +65,8 @@ void check_backend_runs_here(BackendChoice backend, Precision precision) {
   if (!cuda_device_available(&why)) throw unsupported("no CUDA device can run the CUDA drafter here: " + why);
 #else
   throw unsupported("this dflash-harness was built without the CUDA drafter (configured with DFLASH_ENABLE_CUDA=OFF "
-                    "or without nvcc); --backend cuda/both cannot run here");
+                    "or without nvcc); --backend cuda/both cannot run here: use --backend reference, or a build "
+                    "with the CUDA drafter (ci/build with nvcc) on a machine with a GPU");
 #endif
 }
 

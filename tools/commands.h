@@ -1,17 +1,13 @@
 // The subcommands of dflash-harness. Each registers its options on the top-level app and returns
-// the function that runs it; the function returns the exit code (docs/cli.md):
-// 0 pass, 1 mismatch, 2 bad input or usage, 125 cannot run here.
+// the function that runs it; the function returns the exit code (core/error.h, docs/cli.md).
 #pragma once
 #include <functional>
 
 #include <CLI/CLI.hpp>
 
-namespace dflash {
+#include "core/error.h"
 
-constexpr int kExitPass = 0;
-constexpr int kExitMismatch = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kExitCannotRun = 125;
+namespace dflash {
 
 struct Command {
   CLI::App* app = nullptr;

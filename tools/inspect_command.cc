@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "tools/commands.h"
+#include "tools/hints.h"
 
 namespace dflash {
 namespace {
@@ -107,6 +108,7 @@ int run_inspect(const std::string& path) {
   } else if (p.extension() == ".safetensors" || (p.extension() == ".json" && fs::exists(p, ec))) {
     print_tensors(TensorStore::open(path));
   } else {
+    if (!fs::exists(p, ec)) check_fixture_path(path);  // "no such file or directory", with a near name
     throw bad_input(path + ": not a fixture (a directory with fixture.json), a drafter checkpoint (a directory "
                            "with config.json) or a .safetensors file");
   }

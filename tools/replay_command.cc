@@ -1,14 +1,20 @@
-// `dflash-harness replay FIXTURE...`: the table, the first-divergence reports, the JSON document.
+// `dflash-harness replay FIXTURE...`: the table, the first-divergence reports, the count line, the
+// JSON and HTML reports; `--shard I/N` replays one shard of the fixtures.
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 
+#include "compare/report_html.h"
 #include "compare/report_json.h"
 #include "compare/report_table.h"
+#include "compare/run_tally.h"
 #include "core/error.h"
 #include "tools/commands.h"
+#include "tools/error_message.h"
 #include "tools/progress.h"
 #include "tools/run_replay.h"
+#include "tools/shard.h"
 
 namespace dflash {
 namespace {
@@ -17,10 +23,18 @@ struct ReplayArgs {
   std::vector<std::string> fixtures;
   std::string backend = "reference";
   std::string precision;  // empty: the backend's default
-  std::string json_path;
+  std::string json_path, html_path, shard;
   int warmup = 1;
   bool verbose = false;
 };
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw bad_input(path + ": cannot open for writing");
+  out << text;
+  out.close();
+  if (!out) throw bad_input(path + ": write failed");
+}
 
 int run_replay(const ReplayArgs& args) {
   ReplayRequest request;
@@ -30,44 +44,66 @@ int run_replay(const ReplayArgs& args) {
   check_backend_runs_here(request.backend, request.precision);
   request.cuda_warmup = args.warmup;
 
-  Progress progress(std::cout, stdout_is_terminal(), args.verbose);
-  std::vector<ReplayResult> results;
-  std::vector<nlohmann::json> json_results, json_errors;
-  bool bad_input_seen = false, cannot_run_seen = false;
-  for (const std::string& path : args.fixtures) {
-    request.options.on_step = [&](int done, int total) { progress.update(path, done, total); };
-    try {
-      results.push_back(read_and_replay(path, request));
-      progress.finish();
-      json_results.push_back(replay_result_to_json(results.back()));
-    } catch (const std::exception& e) {
-      // read_and_replay names the fixture in whatever it throws; the run goes on to the next one.
-      progress.finish();
-      const auto* harness_error = dynamic_cast<const HarnessError*>(&e);
-      const int code = harness_error ? exit_code_for(harness_error->kind()) : kExitBadInput;
-      std::cerr << "error: " << e.what() << "\n";
-      json_errors.push_back(replay_error_to_json(path, e.what(), code));
-      (code == kExitCannotRun ? cannot_run_seen : bad_input_seen) = true;
+  ReportRun run{args.backend, precision_name(request.precision), args.fixtures, 0, 0};
+  std::vector<size_t> mine;  // positions in args.fixtures of the fixtures this run replays
+  if (args.shard.empty()) {
+    for (size_t i = 0; i < args.fixtures.size(); ++i) mine.push_back(i);
+  } else {
+    const ShardSpec spec = parse_shard(args.shard);
+    run.shard = spec.index;
+    run.shards = spec.count;
+    std::vector<uint64_t> bytes;
+    for (const std::string& path : args.fixtures) bytes.push_back(fixture_bytes(path));
+    const std::vector<int> shards = assign_shards(args.fixtures, bytes, spec.count);
+    uint64_t mine_bytes = 0, all_bytes = 0;
+    for (size_t i = 0; i < args.fixtures.size(); ++i) {
+      all_bytes += bytes[i];
+      if (shards[i] != spec.index) continue;
+      mine.push_back(i);
+      mine_bytes += bytes[i];
     }
+    std::cout << "shard " << spec.index << "/" << spec.count << ": " << mine.size() << " of " << args.fixtures.size()
+              << " fixtures (" << mine_bytes << " of " << all_bytes << " bytes)\n";
   }
 
-  if (!results.empty()) {
-    print_drafter_settings(std::cout, results, args.verbose);
-    print_replay_table(std::cout, results);
-    for (const ReplayResult& r : results) {
-      if (!r.passed()) print_result_report(std::cout, r);  // a pass is its table line
+  Progress progress(std::cout, stdout_is_terminal(), args.verbose);
+  std::vector<FixtureOutcome> outcomes;
+  for (size_t i : mine) {
+    const std::string& path = args.fixtures[i];
+    FixtureOutcome outcome;
+    outcome.path = path;
+    request.options.on_step = [&](int done, int total) { progress.update(path, done, total); };
+    try {
+      outcome.result = read_and_replay(path, request);
+    } catch (...) {
+      // read_and_replay names the fixture in whatever it throws; the run goes on to the next one.
+      const ErrorOutcome error = describe_exception(std::current_exception());
+      outcome.error = error.message;
+      outcome.exit_code = error.exit_code;
+      progress.finish();
+      std::cerr << error_line(error.message) << "\n";
     }
+    progress.finish();
+    outcomes.push_back(std::move(outcome));
   }
+
+  print_drafter_settings(std::cout, outcomes, args.verbose);
+  if (!outcomes.empty()) print_replay_table(std::cout, outcomes);
+  for (const FixtureOutcome& outcome : outcomes) {
+    if (outcome.result && !outcome.result->passed()) print_result_report(std::cout, *outcome.result);  // a pass is its table line
+  }
+  const nlohmann::json document = make_report_document(run, outcomes, mine);
+  const RunTally tally = tally_reports({document});
   if (!args.json_path.empty()) {
-    write_report_document(args.json_path, make_report_document(json_results, json_errors));
+    write_report_document(args.json_path, document);
     if (args.verbose) std::cout << "wrote " << args.json_path << "\n";
   }
-  if (bad_input_seen) return kExitBadInput;
-  if (cannot_run_seen) return kExitCannotRun;
-  for (const ReplayResult& r : results) {
-    if (!r.passed()) return kExitMismatch;
+  if (!args.html_path.empty()) {
+    write_text_file(args.html_path, render_html_report({document}));
+    if (args.verbose) std::cout << "wrote " << args.html_path << "\n";
   }
-  return kExitPass;
+  std::cout << count_line(tally) << "\n";
+  return tally.exit_code;
 }
 
 }  // namespace
@@ -91,6 +127,10 @@ Command add_replay_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
+  cmd->add_option("--html", args->html_path, "Also write the HTML report (as `report` renders it) here");
+  cmd->add_option("--shard", args->shard,
+                  "I/N: replay only shard I (1-based) of N, a stable partition of the fixtures balanced by size; "
+                  "`report` merges the shards' --json reports");
   cmd->add_flag("-v,--verbose", args->verbose,
                 "Every setting of each drafter, and progress lines when stdout is not a terminal");
   return {cmd, [args] { return run_replay(*args); }};

@@ -4,14 +4,17 @@
 #include <new>
 
 #include "core/error.h"
+#include "tools/hints.h"
 
 namespace dflash {
 
 ReplayResult read_and_replay(const std::string& path, const ReplayRequest& request,
                              const std::function<void(const Fixture&)>& prepare) {
   // Whatever escapes one fixture becomes its error, naming it, so a run over many goes on to the
-  // next (HarnessErrors already name what they are about and keep their kind).
+  // next (HarnessErrors already name what they are about and keep their kind; anything else is a
+  // bug of the harness, an internal error).
   try {
+    check_fixture_path(path);
     Fixture fixture = read_fixture(path);
     if (prepare) prepare(fixture);
     DrafterSet drafters = make_drafters(fixture, request.backend, request.precision, request.cuda_warmup);
@@ -21,9 +24,9 @@ ReplayResult read_and_replay(const std::string& path, const ReplayRequest& reque
   } catch (const std::bad_alloc&) {
     throw bad_input(path + ": out of memory (std::bad_alloc) while reading or replaying this fixture");
   } catch (const std::exception& e) {
-    throw bad_input(path + ": unexpected error while reading or replaying this fixture: " + e.what());
+    throw internal_error(path + ": unexpected error while reading or replaying this fixture: " + e.what());
   } catch (...) {
-    throw bad_input(path + ": an unknown exception while reading or replaying this fixture");
+    throw internal_error(path + ": an unknown exception while reading or replaying this fixture");
   }
 }
 

@@ -18,8 +18,9 @@ struct ReplayRequest {
 
 // Reads the fixture at `path` and replays it. `prepare` (optional) sees the fixture after reading
 // and before anything runs, to refuse a request that does not fit it. Every failure comes out as
-// a HarnessError naming the fixture: any other exception (std::bad_alloc, std::length_error, ...)
-// is turned into bad input with `path` and its message.
+// a HarnessError naming the fixture: a path that is no fixture is bad input with a hint
+// (tools/hints.h), std::bad_alloc is bad input (out of memory), and any other exception
+// (std::length_error, ...) an internal error with `path` and its message.
 ReplayResult read_and_replay(const std::string& path, const ReplayRequest& request,
                              const std::function<void(const Fixture&)>& prepare = {});
 

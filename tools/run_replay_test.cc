@@ -33,17 +33,28 @@ TEST(ReadAndReplay, OutOfMemoryBecomesBadInputNamingTheFixture) {
   expect_mentions(message, kFixture + ": out of memory (std::bad_alloc)");
 }
 
-TEST(ReadAndReplay, AStandardExceptionBecomesBadInputNamingTheFixtureAndItsMessage) {
-  const std::string message = harness_error_message([&] {
-    read_and_replay(kFixture, reference_request(), [](const Fixture&) { throw std::length_error("vector::reserve"); });
-  });
+TEST(ReadAndReplay, AStandardExceptionBecomesAnInternalErrorNamingTheFixtureAndItsMessage) {
+  const std::string message = harness_error_message(
+      [&] {
+        read_and_replay(kFixture, reference_request(),
+                        [](const Fixture&) { throw std::length_error("vector::reserve"); });
+      },
+      ErrorKind::kInternal);
   expect_mentions(message, kFixture + ": unexpected error while reading or replaying this fixture: vector::reserve");
 }
 
-TEST(ReadAndReplay, AnythingElseThrownBecomesBadInputNamingTheFixture) {
-  const std::string message =
-      harness_error_message([&] { read_and_replay(kFixture, reference_request(), [](const Fixture&) { throw 7; }); });
+TEST(ReadAndReplay, AnythingElseThrownBecomesAnInternalErrorNamingTheFixture) {
+  const std::string message = harness_error_message(
+      [&] { read_and_replay(kFixture, reference_request(), [](const Fixture&) { throw 7; }); }, ErrorKind::kInternal);
   expect_mentions(message, kFixture + ": an unknown exception");
+}
+
+TEST(ReadAndReplay, APathThatIsNoFixtureIsBadInputWithItsReason) {
+  expect_mentions(harness_error_message([&] { read_and_replay(kFixture + "-typo", reference_request()); }),
+                  "no such file or directory: " + kFixture + "-typo");
+  const std::string parent = std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle";
+  expect_mentions(harness_error_message([&] { read_and_replay(parent, reference_request()); }),
+                  "not a fixture directory (no fixture.json): " + parent);
 }
 
 TEST(ReadAndReplay, HarnessErrorsKeepTheirKindAndMessage) {

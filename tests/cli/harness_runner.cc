@@ -37,14 +37,17 @@ std::string read_file(const std::string& path) {
 }
 
 RunResult run_harness(const std::vector<std::string>& args) {
-  const std::string output_path = scratch_dir("run-output") + "/output.txt";
+  const std::string dir = scratch_dir("run-output");
+  const std::string out_path = dir + "/stdout.txt", err_path = dir + "/stderr.txt";
   std::string command = shell_quote(DFLASH_HARNESS_PATH);
   for (const std::string& arg : args) command += " " + shell_quote(arg);
-  command += " > " + shell_quote(output_path) + " 2>&1 < /dev/null";
+  command += " > " + shell_quote(out_path) + " 2> " + shell_quote(err_path) + " < /dev/null";
   const int status = std::system(command.c_str());
   RunResult result;
   result.exit_code = (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
-  result.output = read_file(output_path);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  result.output = result.out + result.err;
   return result;
 }
 

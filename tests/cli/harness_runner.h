@@ -1,5 +1,5 @@
 // Runs the built dflash-harness binary (path from the build: DFLASH_HARNESS_PATH) and captures its
-// exit code and its stdout and stderr together.
+// exit code, its stdout and its stderr.
 #pragma once
 #include <string>
 #include <vector>
@@ -8,7 +8,8 @@ namespace dflash::cli_test {
 
 struct RunResult {
   int exit_code = -1;  // -1 when the process did not exit normally (a crash)
-  std::string output;  // stdout and stderr, interleaved
+  std::string output;  // stdout, then stderr
+  std::string out, err;  // each alone
 };
 
 RunResult run_harness(const std::vector<std::string>& args);

@@ -44,6 +44,10 @@ TEST(ReplayCli, EveryBundledOracleFixturePassesOnTheReference) {
   EXPECT_EQ(run_harness(args).exit_code, 0);
 }
 
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
 // The number of lines of `text` that contain `needle`.
 int lines_with(const std::string& text, const std::string& needle) {
   int count = 0;
@@ -62,12 +66,14 @@ TEST(ReplayCli, APassIsOneLineAndTheSettingsPrintOncePerRun) {
   args.insert(args.end(), dirs.begin(), dirs.end());
   const RunResult plain = run_harness(args);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  // Settings once, each fixture one line, nothing else: header, rule, the drafter's line.
+  // Settings once, each fixture one line, nothing else: header, rule, the drafter's line, the count.
   EXPECT_EQ(lines_with(plain.output, "drafter reference-fp64 (fp64)"), 1) << plain.output;
   EXPECT_EQ(lines_with(plain.output, "PASS"), static_cast<int>(dirs.size())) << plain.output;
   size_t newlines = 0;
   for (char c : plain.output) newlines += c == '\n';
-  EXPECT_EQ(newlines, dirs.size() + 3) << plain.output;
+  EXPECT_EQ(newlines, dirs.size() + 4) << plain.output;
+  EXPECT_TRUE(ends_with(plain.out, "\n" + std::to_string(dirs.size()) + " pass, 0 fail, 0 could not run\n"))
+      << plain.out;
   EXPECT_EQ(plain.output.find("compute_type"), std::string::npos) << plain.output;
 
   args.insert(args.begin() + 1, "-v");
@@ -162,7 +168,8 @@ TEST(ReplayCli, EveryMalformedFixtureExitsTwoWithItsMessage) {
 
 TEST(ReplayCli, BadFixturesNeverStopARun) {
   // Every malformed case, then a good fixture, in one run: each bad one is its own error in the
-  // JSON report naming its directory, and the good one still runs and passes.
+  // JSON report naming its directory and its own row of the table, and the good one still runs
+  // and passes.
   const auto& cases = dflash::testing::malformed_cases();
   const std::string work = scratch_dir("malformed-run");
   const std::string json_path = scratch_dir("malformed-run-out") + "/report.json";
@@ -181,6 +188,50 @@ TEST(ReplayCli, BadFixturesNeverStopARun) {
     EXPECT_NE(doc["errors"][i]["error"].get<std::string>().find(cases[i].expected), std::string::npos)
         << cases[i].name << ": " << doc["errors"][i]["error"];
   }
+  EXPECT_EQ(lines_with(r.out, "  could not run: "), static_cast<int>(cases.size())) << r.out;
+  EXPECT_TRUE(ends_with(r.out, "\n1 pass, 0 fail, " + std::to_string(cases.size()) + " could not run\n")) << r.out;
+}
+
+TEST(ReplayCli, AnUnreadableFixtureGetsItsRowTheCountLineAndTheHtml) {
+  // The bundled oracle fixtures and one path that is no fixture: every fixture has its row, the
+  // run ends with the count, exits 2 (bad input), and the JSON and HTML reports are written.
+  const std::vector<std::string> dirs = fixture_dirs(kOracleDir);
+  const std::string out = scratch_dir("out");
+  const std::string missing = kOracleDir + "/tiny-gq";
+  std::vector<std::string> args = {"replay", "--json", out + "/r.json", "--html", out + "/r.html", dirs[0], missing};
+  args.insert(args.end(), dirs.begin() + 1, dirs.end());
+  const RunResult r = run_harness(args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(ends_with(r.out, "\n" + std::to_string(dirs.size()) + " pass, 0 fail, 1 could not run\n")) << r.out;
+  EXPECT_EQ(lines_with(r.out, "PASS"), static_cast<int>(dirs.size())) << r.out;
+  EXPECT_EQ(lines_with(r.out, missing + "  "), 1) << r.out;
+  EXPECT_NE(r.out.find("could not run: no such file or directory: " + missing + "; did you mean " + kOracleDir +
+                       "/tiny-gqa?\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.err, "error: no such file or directory: " + missing + "; did you mean " + kOracleDir + "/tiny-gqa?\n");
+  const std::string html = read_file(out + "/r.html");
+  EXPECT_NE(html.find("<tr class=\"could-not-run\"><td>" + missing + "</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find(std::to_string(dirs.size()) + " pass, 0 fail, 1 could not run"), std::string::npos);
+  const nlohmann::json doc = nlohmann::json::parse(read_file(out + "/r.json"));
+  EXPECT_EQ(doc["errors"].size(), 1u);
+  EXPECT_EQ(doc["results"].size(), dirs.size());
+}
+
+TEST(ReplayCli, TheTableNamesTheFirstDivergingStageNotTheWorst) {
+  // Step 2 of tiny-gqa: L0.q a little off, L1.mlp (later in forward order) far off.
+  const std::string dir = scratch_dir("two-faults") + "/tiny-gqa";
+  copy_fixture(kOracleDir + "/tiny-gqa", dir);
+  edit_trace_tensor(dir, "s2.q0.tap.L0.q", [](std::vector<float>& v) { v[5] += 0.01f; });
+  edit_trace_tensor(dir, "s2.q0.tap.L1.mlp", [](std::vector<float>& v) { v[9] += 1000.0f; });
+  const RunResult r = run_harness({"replay", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const size_t row = r.out.find("tiny-gqa  ");
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+  EXPECT_NE(line.find("first: L0.q "), std::string::npos) << line;
+  EXPECT_NE(line.find("(step 2)"), std::string::npos) << line;
+  EXPECT_EQ(line.find("L1.mlp"), std::string::npos) << line;
 }
 
 TEST(ReplayCli, CudaBackendInACpuBuildCannotRunHere) {

@@ -1,7 +1,8 @@
 // The table, JSON and HTML writers on a replay with one planted fault, and the report reader's
 // refusals.
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -21,9 +22,10 @@ namespace {
 
 using namespace testing_support;
 
-// One sequence, `steps` proposes with the scripted expectations (taps included); `planted`
-// corrupts the fixture's L0.q of step 1.
-Fixture scripted_fixture(const std::string& name, int steps, bool planted) {
+// One sequence, `steps` proposes with the scripted expectations (taps included); `plant` may
+// corrupt the fixture's expectations of a step.
+Fixture scripted_fixture(const std::string& name, int steps,
+                         const std::function<void(int step, ExpectedOutputs&)>& plant = {}) {
   Fixture f;
   f.name = name;
   f.expect_precision = "bf16";
@@ -44,7 +46,7 @@ Fixture scripted_fixture(const std::string& name, int steps, bool planted) {
     for (size_t t = 0; t < scripted_tap_names().size(); ++t) {
       x.taps.push_back({scripted_tap_names()[t], scripted_tap_tensor(0, e.start, static_cast<int>(t), 4)});
     }
-    if (planted && step == 1) x.taps[1].value.row(0)[2] = -7.0f;
+    if (plant) plant(step, x);
     e.expect = x;
     FixtureStep s;
     s.propose = {e};
@@ -55,40 +57,59 @@ Fixture scripted_fixture(const std::string& name, int steps, bool planted) {
 
 // Two proposes, the second's L0.q corrupted in the fixture.
 ReplayResult failing_result() {
-  const Fixture f = scripted_fixture("planted", 2, true);
+  const Fixture f = scripted_fixture("planted", 2, [](int step, ExpectedOutputs& x) {
+    if (step == 1) x.taps[1].value.row(0)[2] = -7.0f;
+  });
   ScriptedProposer drafter("reference-fp64", f.head);
   return replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
 }
+
+FixtureOutcome ran(const ReplayResult& result, const std::string& path) {
+  FixtureOutcome outcome;
+  outcome.path = path;
+  outcome.result = result;
+  return outcome;
+}
+
+FixtureOutcome could_not_run(const std::string& path, const std::string& why, int exit_code) {
+  FixtureOutcome outcome;
+  outcome.path = path;
+  outcome.error = why;
+  outcome.exit_code = exit_code;
+  return outcome;
+}
+
+ReportRun run_of(const std::vector<std::string>& fixtures) { return {"reference", "fp64", fixtures, 0, 0}; }
 
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + name;
 }
 
 TEST(Report, APassingFixtureIsOneTableLine) {
-  const Fixture f = scripted_fixture("clean", 1, false);
+  const Fixture f = scripted_fixture("clean", 1);
   ScriptedProposer a("reference-fp64", f.head), b("reference-bf16", f.head);
   const ReplayResult pass = replay_fixture(f, {{&a, Precision::kFp64, true}, {&b, Precision::kBf16, true}}, {{0, 1}});
   ASSERT_TRUE(pass.passed());
   ASSERT_GE(pass.pairs.size(), 2u);
   std::ostringstream out;
-  print_replay_table(out, {pass, failing_result()});
+  print_replay_table(out, {ran(pass, "clean"), ran(failing_result(), "planted")});
   const std::string text = out.str();
   // Header, rule, the passing fixture's one line (its comparisons joined), the failing one's line.
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;
   EXPECT_NE(text.find(pass.pairs[0].label + "; " + pass.pairs[1].label), std::string::npos) << text;
   std::ostringstream settings;
-  print_drafter_settings(settings, {pass, failing_result()}, false);
+  print_drafter_settings(settings, {ran(pass, "clean"), ran(failing_result(), "planted")}, false);
   EXPECT_EQ(settings.str(), "drafter reference-fp64 (fp64) (-v lists its settings)\n"
                             "drafter reference-bf16 (bf16) (-v lists its settings)\n");
   std::ostringstream full;
-  print_drafter_settings(full, {pass, failing_result()}, true);
+  print_drafter_settings(full, {ran(pass, "clean"), ran(failing_result(), "planted")}, true);
   EXPECT_NE(full.str().find("drafter reference-fp64 (fp64):\n  rule: scripted\n"), std::string::npos) << full.str();
 }
 
 TEST(Report, TableNamesTheVerdictAndTheFirstDivergence) {
   const ReplayResult r = failing_result();
   std::ostringstream out;
-  print_replay_table(out, {r});
+  print_replay_table(out, {ran(r, "planted")});
   print_result_report(out, r);
   const std::string text = out.str();
   EXPECT_NE(text.find("planted"), std::string::npos) << text;
@@ -97,6 +118,57 @@ TEST(Report, TableNamesTheVerdictAndTheFirstDivergence) {
       << text;
   EXPECT_NE(text.find("rule=scripted"), std::string::npos) << text;  // the drafter's levers
   EXPECT_NE(text.find("bf16/fp64"), std::string::npos) << text;
+}
+
+TEST(Report, TableShowsTheFirstDivergenceNotTheWorstStage) {
+  // Step 1: L0.q a little over its bound, L0.v (later in forward order) far over it.
+  const Fixture f = scripted_fixture("two-faults", 2, [](int step, ExpectedOutputs& x) {
+    if (step != 1) return;
+    x.taps[1].value.row(0)[2] += 0.5f;
+    x.taps[2].value.row(1)[1] += 100.0f;
+  });
+  ScriptedProposer drafter("reference-fp64", f.head);
+  const ReplayResult r = replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
+  const PairTotals totals = pair_totals(r, 0);
+  ASSERT_EQ(totals.worst_stage, "L0.v");  // what the table used to show
+  ASSERT_TRUE(totals.first_divergence.has_value());
+  EXPECT_EQ(totals.first_divergence->stage, "L0.q");
+  std::ostringstream out;
+  print_replay_table(out, {ran(r, "two-faults")});
+  EXPECT_NE(out.str().find("first: L0.q "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find(" (step 1)"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("L0.v"), std::string::npos) << out.str();
+}
+
+TEST(Report, TheFirstDivergenceIsTheEarliestStepBeforeForwardOrder) {
+  // Step 0 fails at L0.v, step 1 at L0.q (earlier in forward order): step 0 comes first.
+  const Fixture f = scripted_fixture("two-steps", 2, [](int step, ExpectedOutputs& x) {
+    if (step == 0) x.taps[2].value.row(0)[0] += 1.0f;
+    if (step == 1) x.taps[1].value.row(0)[0] += 1.0f;
+  });
+  ScriptedProposer drafter("reference-fp64", f.head);
+  const ReplayResult r = replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
+  ASSERT_TRUE(r.first_divergence.has_value());
+  EXPECT_EQ(r.first_divergence->stage, "L0.v");
+  EXPECT_EQ(r.first_divergence->step, 0);
+  std::ostringstream out;
+  print_replay_table(out, {ran(r, "two-steps")});
+  EXPECT_NE(out.str().find("first: L0.v "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find(" (step 0)"), std::string::npos) << out.str();
+}
+
+TEST(Report, AFixtureThatCouldNotRunHasItsTableRow) {
+  const Fixture f = scripted_fixture("clean", 1);
+  ScriptedProposer drafter("reference-fp64", f.head);
+  const ReplayResult pass = replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
+  std::ostringstream out;
+  print_replay_table(out, {could_not_run("missing/x", "no such file or directory: missing/x", 2), ran(pass, "clean")});
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;  // header, rule, two rows
+  const size_t row = text.find("missing/x ");
+  ASSERT_NE(row, std::string::npos) << text;
+  EXPECT_LT(row, text.find("clean")) << "rows keep the order the fixtures were given:\n" << text;
+  EXPECT_NE(text.find("could not run: no such file or directory: missing/x\n"), std::string::npos) << text;
 }
 
 TEST(Report, BisectReportWalksEveryStageOfOneSequence) {
@@ -116,7 +188,8 @@ TEST(Report, JsonRoundTripAndHtmlHighlightsTheFailingStage) {
   EXPECT_EQ(result["first_divergence"]["step"], 1);
   EXPECT_EQ(result["pairs"][0]["stages"].size(), 4u);
   const std::string path = temp_path("report.json");
-  write_report_document(path, make_report_document({result}, {replay_error_to_json("broken", "bad file", 2)}));
+  write_report_document(path, make_report_document(run_of({"planted", "broken"}),
+                                                   {ran(r, "planted"), could_not_run("broken", "bad file", 2)}, {0, 1}));
   const nlohmann::json doc = read_report_document(path);
   const std::string html = render_html_report({doc});
   EXPECT_NE(html.find("<svg"), std::string::npos);
@@ -130,7 +203,13 @@ TEST(Report, JsonRoundTripAndHtmlHighlightsTheFailingStage) {
   EXPECT_NE(html.find("class=\"cell pass\" data-step=\"1\" data-stage=\"embed\""), std::string::npos) << html;
   EXPECT_NE(html.find("class=\"cell none\" data-step=\"0\" data-stage=\"L0.mlp\""), std::string::npos) << html;
   EXPECT_EQ(html.find("class=\"cell fail\" data-step=\"0\""), std::string::npos) << html;
-  EXPECT_NE(html.find("bad file"), std::string::npos);
+  // The fixture that could not run is a row of the summary, after the one given before it.
+  const size_t error_row = html.find("<tr class=\"could-not-run\"><td>broken</td>");
+  ASSERT_NE(error_row, std::string::npos) << html;
+  EXPECT_LT(html.find("<tr class=\"fail\"><td><a href=\"#fixture-0\">planted</a>"), error_row) << html;
+  EXPECT_NE(html.find("bad file (exit 2)</td><td>could not run</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<p id=\"totals\">0 pass, 1 fail, 1 could not run</p>"), std::string::npos) << html;
+  EXPECT_NE(html.find("first divergence: L0.q (step 1)"), std::string::npos) << html;
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external resources
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);

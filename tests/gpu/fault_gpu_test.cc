@@ -1,7 +1,7 @@
 // Faults inside the CUDA drafter, injected through the fault points of testing/fault_points.h
 // (a build with -DDFLASH_FAULT_POINTS=ON): a
 // failed device allocation is "cannot run here" (exit 125) and a failed kernel launch an internal
-// error (exit 2), each naming the call that failed; the drafter is never left half-built, and a
+// error (exit 3), each naming the call that failed; the drafter is never left half-built, and a
 // later drafter runs normally. ci/gpu-gate.sh also injects both into a whole replay
 // (DFLASH_FAULT=alloc:N|launch:N) and checks its exit code and JSON report.
 #include <gtest/gtest.h>

@@ -414,9 +414,9 @@ TEST(FixtureRoundTrip, WriteReadKeepsEverythingIncludingUnknownFields) {
 TEST(FixtureRoundTrip, CtxBf16RefusesValuesItWouldRound) {
   TempDir tmp;
   Fixture f = read_fixture(oracle_dir("tiny-mha"));
-  f.steps[1].propose[0].ctx.values[4] = 0.1f;
+  f.steps[1].propose[0].ctx.values[128 + 4] = 0.1f;  // ctx is [4, 128]
   EXPECT_BAD_INPUT(write_fixture(f, tmp / "out", true),
-                   "write_fixture: tensor 's1.q0.ctx' value 0.100000 at flat index 4 is not a bf16 value");
+                   "write_fixture: tensor 's1.q0.ctx' value 0.100000 at row 1, column 4 is not a bf16 value");
 }
 
 TEST(FixtureHead, MissingFieldsTakeTheirDefaults) {

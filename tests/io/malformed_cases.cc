@@ -428,13 +428,14 @@ std::vector<MalformedCase> build_cases() {
           "field 'steps[0].propose[0].expect.logits' (seq 0): tensor 's0.q0.logits' has dtype I32; expected F32", trace,
           [](ojson& h, std::vector<uint8_t>&) { h["s0.q0.logits"]["dtype"] = "I32"; }),
       safetensors_case("nan-in-ctx",
-                       "field 'steps[0].propose[0].ctx' (seq 0): tensor 's0.q0.ctx' holds NaN at flat index 77", trace,
+                       "field 'steps[0].propose[0].ctx' (seq 0): tensor 's0.q0.ctx' [20, 128] holds NaN at row 3, column 77",
+                       trace,
                        [](ojson& h, std::vector<uint8_t>& data) {
-                         poke(h, data, "s0.q0.ctx", 77, {0xc0, 0x7f});
+                         poke(h, data, "s0.q0.ctx", 3 * 128 + 77, {0xc0, 0x7f});
                        }),
-      safetensors_case("inf-in-logits", "tensor 's4.q2.logits' holds Inf at flat index 3", trace,
+      safetensors_case("inf-in-logits", "tensor 's4.q2.logits' [7, 400] holds Inf at row 2, column 3", trace,
                        [](ojson& h, std::vector<uint8_t>& data) {
-                         poke(h, data, "s4.q2.logits", 3, {0x00, 0x00, 0x80, 0x7f});
+                         poke(h, data, "s4.q2.logits", 2 * 400 + 3, {0x00, 0x00, 0x80, 0x7f});
                        }),
       safetensors_case("draft-token-out-of-range",
                        "tensor 's0.q0.drafts' holds token 400 at index 2, outside [0, vocab_size 400)", trace,

@@ -126,7 +126,8 @@ TEST_P(WeightsTest, TensorAccountingNamesEveryProblem) {
   DrafterWeights poisoned = weights;
   poisoned.layers[1].k_norm.values[3] = NAN;
   write_checkpoint_by_hand(dir / "nan", config, poisoned, "");
-  EXPECT_BAD_INPUT(load(dir / "nan"), "tensor 'layers.1.self_attn.k_norm.weight': NaN or Inf at flat index 3");
+  EXPECT_BAD_INPUT(load(dir / "nan"), "tensor 'layers.1.self_attn.k_norm.weight' " +
+                                          shape_string(poisoned.layers[1].k_norm.shape) + ": NaN at index 3");
 }
 
 TEST_P(WeightsTest, BiasesRequiredExactlyWithAttentionBias) {
@@ -263,7 +264,7 @@ TEST(CheckpointWriter, RefusesValuesItWouldRound) {
   DrafterWeights w = make_weights(c);
   w.layers[0].gate_proj.values[5] = 0.1f;  // not a bf16 value
   EXPECT_BAD_INPUT(write_drafter_checkpoint(dir / "d", small_config(false), w),
-                   "tensor 'layers.0.mlp.gate_proj.weight' value 0.100000 at flat index 5 is not a bf16 value");
+                   "tensor 'layers.0.mlp.gate_proj.weight' value 0.100000 at row 0, column 5 is not a bf16 value");
   w = make_weights(c);
   w.lm_head.values[0] = 1.0f / 3.0f;
   EXPECT_BAD_INPUT(write_target_file(dir / "t.safetensors", w), "tensor 'lm_head.weight' value");
