@@ -148,7 +148,8 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   if (plan_.attention.kernel == AttentionKernel::kSimple &&
       attention_simple_smem_bytes(static_cast<int64_t>(max_chunks_) * kAttentionChunk) >
           attention_simple_max_smem_bytes()) {
-    plan_.attention = choose_attention_kernel("auto", config_.head_dim);
+    plan_.attention_request = AttentionRequest::kAuto;
+    plan_.resolve_attention(config_.head_dim);
     plan_.fallbacks.push_back("attention: simple -> " + plan_.attention.name() + " (a window of " +
                               std::to_string(max_window_) + " keys does not fit in shared memory)");
   }
@@ -179,11 +180,10 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     gemm_ctx_.lt_workspace = lt_workspace_.get();
     gemm_ctx_.lt_workspace_bytes = lt_workspace_.bytes();
     std::string why;
-    if ((plan_.ctx_gemm_auto || plan_.ctx_gemm == GemmKernel::kCublasLt) &&
+    if ((plan_.ctx_gemm == ContextGemm::kAuto || plan_.ctx_gemm == ContextGemm::kCublasLt) &&
         !cublaslt_supports(gemm_ctx_, kContextChunkRows, h, config_.ctx_feature_dim(), ld_ctx_, ld_ctx_, &why)) {
       plan_.fallbacks.push_back("ctx_gemm: cublaslt -> mma (" + why + ")");
-      plan_.ctx_gemm_auto = false;
-      plan_.ctx_gemm = GemmKernel::kMma;
+      plan_.ctx_gemm = ContextGemm::kMma;
     }
     if (plan_.block_library && !cublaslt_supports(gemm_ctx_, max_rows, h, h, ld_hidden_, ld_hidden_, &why)) {
       plan_.fallbacks.push_back("gemm_m64: cublaslt -> mma for bf16 weights (" + why + ")");
@@ -373,7 +373,7 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                        " (kernel.selector_topk), hidden_projection bf16, edge scores (one warp each) and greedy walk "
                        "(one warp per sequence); the walk's tokens are the draft tokens");
   }
-  for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
+  for (auto& entry : describe_kernel_plan(plan_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
                                                  std::to_string(options_.warmup) +
                                                  " eager passes; taps come from a second, eager pass compared bit "
