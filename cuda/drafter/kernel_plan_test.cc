@@ -23,8 +23,8 @@ namespace {
 
 using testing::harness_error_message;
 
-// The mma kernel's CTA width at m <= 16: by shape under auto (wide only for wide weights), clamped
-// to what the format supports when forced, and always 32 above 16 rows (the 64-row tiles).
+// The mma kernel's CTA width at m <= 16: by shape under auto (wide only for wide weights), the
+// requested 32 or 64 (others are an internal error), and always 32 above 16 rows (64-row tiles).
 TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   const WeightFormat e4m3 = WeightFormat::kE4M3, bf16 = WeightFormat::kBf16;
   // Qwen3-8B on 132 SMs: the busiest SM's weight rows decide (ties go to 64 for E4M3, 32 for bf16).
@@ -37,13 +37,15 @@ TEST(KernelPlan, MmaColumnsFollowTheWeightShape) {
   EXPECT_EQ(gemm_mma_columns(0, 16, 4096, e4m3, 132), 32);    // o, down: 128 CTAs = 1 x 32 < 1 x 64
   EXPECT_EQ(gemm_mma_columns(0, 16, 4096, e4m3, 16), 64);     // 16 SMs: 8 x 32 = 4 x 64
   EXPECT_EQ(gemm_mma_columns(0, 17, 151936, e4m3, 132), 32);  // 64-row tiles: always 32
-  EXPECT_EQ(gemm_mma_columns(128, 16, 4096, e4m3, 132), 128);
-  EXPECT_EQ(gemm_mma_columns(128, 16, 4096, bf16, 132), 64);
-  EXPECT_EQ(gemm_mma_columns(96, 16, 4096, e4m3, 132), 96);
-  EXPECT_EQ(gemm_mma_columns(96, 16, 4096, bf16, 132), 64);
-  EXPECT_EQ(gemm_mma_columns(96, 64, 4096, e4m3, 132), 32);
+  EXPECT_EQ(gemm_mma_columns(64, 16, 4096, e4m3, 132), 64);   // requested: taken
+  EXPECT_EQ(gemm_mma_columns(64, 16, 4096, bf16, 132), 64);
   EXPECT_EQ(gemm_mma_columns(32, 16, 151936, e4m3, 132), 32);
-  EXPECT_EQ(gemm_mma_columns(128, 64, 151936, e4m3, 132), 32);
+  EXPECT_EQ(gemm_mma_columns(64, 64, 151936, e4m3, 132), 32);
+  for (int removed : {96, 128, 48}) {
+    testing::expect_mentions(
+        harness_error_message([&] { gemm_mma_columns(removed, 16, 4096, e4m3, 132); }, ErrorKind::kInternal),
+        "no CTA width of " + std::to_string(removed) + " columns (32, 64)");
+  }
 }
 
 // The CUTLASS tile height: 256 activation rows where their tiles still number two per SM, or where
