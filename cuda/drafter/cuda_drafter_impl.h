@@ -62,6 +62,15 @@ class CudaDrafter final : public PagedProposer {
     cudaGraphExec_t exec = nullptr;
   };
 
+  // Construction, in order: the geometry's sizes, the device (stream, kernels prepared), the plan
+  // resolved against the device and geometry (fallbacks, cuBLASLt, the GEMM context), the weights
+  // and pools uploaded, the scratch allocated.
+  void size_geometry();
+  void set_up_device();
+  void resolve_plan();
+  void upload_weights();
+  void allocate_buffers();
+
   void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
                       TapSink* taps);
   void upload_step(const std::vector<ProposeInput>& batch);
