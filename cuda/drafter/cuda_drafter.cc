@@ -108,6 +108,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   resolve_plan();
   upload_weights();
   allocate_buffers();
+  build_tap_table();
   DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -345,6 +346,46 @@ void CudaDrafter::allocate_buffers() {
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
   gemm_ctx_.raw_capacity = gemm_raw_.size();
+}
+
+// Where the block forward leaves each stage it taps (docs/spec/drafter.md §7): the launch that
+// completes a stage names it (ForwardLaunch::ready), this table says where to read it.
+void CudaDrafter::build_tap_table() {
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  using S = TapStorage;
+  auto add = [&](StageKind stage, const void* buffer, S storage, int64_t cols, int64_t ld) {
+    tap_sources_[stage] = TapSource{buffer, storage, cols, ld, false, {}};
+  };
+  add(StageKind::kEmbed, h_.get(), S::kF32, h, h);
+  add(StageKind::kAttnNorm, x_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kQ, q_.get(), S::kBf16, q_dim, q_dim);
+  add(StageKind::kK, k_block_.get(), S::kBf16, kv_dim, kv_dim);
+  add(StageKind::kV, v_block_.get(), S::kBf16, kv_dim, kv_dim);
+  add(StageKind::kAttn, attn_.get(), S::kBf16, q_dim, ld_q_);
+  add(StageKind::kOProj, o_out_.get(), S::kF32, h, h);  // the residual GEMM's copy (tapped pass)
+  add(StageKind::kMlpNorm, y_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kMlp, mlp_out_.get(), S::kF32, h, h);  // the residual GEMM's copy (tapped pass)
+  add(StageKind::kOut, h_.get(), S::kF32, h, h);
+  add(StageKind::kFinalNorm, hf_.get(), S::kBf16, h, ld_hidden_);
+  if (!config_.dflash2.enabled) return;
+  const int64_t coef = config_.conv_coef_dim(), top_k = config_.dflash2.selector_top_k;
+  const int64_t rank = config_.dflash2.selector_rank;
+  add(StageKind::kAttnConvCoef, conv_coef_.get(), S::kF32ReadAsBf16, coef, coef);
+  add(StageKind::kAttnConvIn, x_.get(), S::kBf16, h, ld_hidden_);  // prepared in place
+  add(StageKind::kAttnConvOut, conv_out_.get(), S::kF32, h, h);    // conv_finish's copy (tapped pass)
+  add(StageKind::kMlpConvCoef, conv_coef_.get(), S::kF32ReadAsBf16, coef, coef);
+  add(StageKind::kMlpConvIn, y_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kMlpConvOut, conv_out_.get(), S::kF32, h, h);
+  // The selector's stages: one row per draft row.
+  auto add_draft = [&](StageKind stage, const void* buffer, S storage, int64_t cols, std::vector<int64_t> row_shape = {}) {
+    tap_sources_[stage] = TapSource{buffer, storage, cols, cols, true, std::move(row_shape)};
+  };
+  add_draft(StageKind::kSelTopkIds, topk_ids_.get(), S::kI32, top_k);
+  add_draft(StageKind::kSelTopkValues, topk_values_.get(), S::kF32, top_k);
+  add_draft(StageKind::kSelUnary, unary_.get(), S::kF32, top_k);
+  add_draft(StageKind::kSelHiddenProj, hidden_proj_.get(), S::kF32, rank);
+  add_draft(StageKind::kSelEdgeScores, edge_scores_.get(), S::kF32, top_k * top_k, {top_k, top_k});
+  add_draft(StageKind::kSelWalkScores, walk_scores_.get(), S::kF32, top_k);
 }
 
 CudaDrafter::~CudaDrafter() {
