@@ -217,7 +217,9 @@ void run_case(const Case& c) {
       if (variant.walk_ctas > 0) {
         EXPECT_TRUE(how.form == AttentionForm::kWalk && how.walk_ctas == variant.walk_ctas) << how.name();
       }
-      if (variant.whole_window == WholeWindow::kOn) EXPECT_TRUE(how.form == AttentionForm::kWholeWindow) << how.name();
+      if (variant.whole_window == WholeWindow::kOn) {
+        EXPECT_TRUE(how.form == AttentionForm::kWholeWindow) << how.name();
+      }
       const std::vector<uint16_t> variant_out = run_kernel(variant);
       size_t differing = 0, first = variant_out.size();
       for (size_t e = 0; e < variant_out.size(); ++e) {
