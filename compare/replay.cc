@@ -202,7 +202,7 @@ class Replayer {
     if (outputs.empty()) return;
     const ForwardPath& path = outputs.front().path;
     result_.paths.push_back({step, lane, outputs.front().block_width, static_cast<int>(outputs.size()), path.mode,
-                             path.pdl, path.taps_from_second_pass});
+                             path.pdl, path.taps_from_second_pass, path.plan});
     ++result_.proposers[static_cast<size_t>(lane)].path_counts[path.mode];
     for (const ProposeOutput& output : outputs) {
       if (output.path.mode != path.mode) {

@@ -78,6 +78,7 @@ struct StepPath {
   std::string mode;
   bool pdl = false;
   bool taps_from_second_pass = false;
+  std::vector<std::pair<std::string, std::string>> plan;  // ForwardPath::plan (empty: none reported)
 };
 
 struct ProposerSummary {

@@ -133,13 +133,19 @@ json replay_result_to_json(const ReplayResult& result) {
   j["proposers"] = proposers;
   json paths = json::array();
   for (const StepPath& path : result.paths) {
-    paths.push_back({{"step", path.step},
-                     {"proposer", result.proposers[static_cast<size_t>(path.lane)].name},
-                     {"block_width", path.block_width},
-                     {"batch", path.batch},
-                     {"mode", path.mode},
-                     {"pdl", path.pdl},
-                     {"taps_from_second_pass", path.taps_from_second_pass}});
+    json entry = {{"step", path.step},
+                  {"proposer", result.proposers[static_cast<size_t>(path.lane)].name},
+                  {"block_width", path.block_width},
+                  {"batch", path.batch},
+                  {"mode", path.mode},
+                  {"pdl", path.pdl},
+                  {"taps_from_second_pass", path.taps_from_second_pass}};
+    if (!path.plan.empty()) {  // optional: drafters that report a launch plan (the CUDA drafter)
+      json plan = json::array();
+      for (const auto& [kernel_class, runs] : path.plan) plan.push_back({kernel_class, runs});
+      entry["plan"] = plan;
+    }
+    paths.push_back(entry);
   }
   j["paths"] = paths;
 

@@ -86,6 +86,10 @@ struct ForwardPath {
   // "graph-replay" (a graph captured in an earlier propose launched with this propose's values).
   std::string mode = "cpu";
   bool pdl = false;  // the judged pass launched its kernels with programmatic dependent launch
+  // What the judged pass ran at this propose's (block width, batch): kernel class -> kernel and
+  // launch shape, in forward order (e.g. {"qkv", "mma e4m3, 64 columns"}, {"attention_chunks",
+  // "tuned split-KV, one CTA per chunk"}, {"pdl", "on"}); empty for the reference.
+  std::vector<std::pair<std::string, std::string>> plan;
   // The taps came from a second, tapped pass after the judged one; tap_pass_difference says where
   // its logits or draft tokens differ from the judged pass (empty: equal bit for bit).
   bool taps_from_second_pass = false;

@@ -103,6 +103,30 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
+  size_geometry();
+  set_up_device();
+  resolve_plan();
+  upload_weights();
+  allocate_buffers();
+  build_tap_table();
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// The longest window, the block tables' and attention grid's extents, the GEMM operands' padded
+// leading dimensions (multiples of 64).
+void CudaDrafter::size_geometry() {
+  max_window_ = settings_.max_window(config_);
+  max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
+  max_chunks_ = static_cast<int>((max_window_ + max_width_ + kAttentionChunk - 1) / kAttentionChunk);
+  ld_hidden_ = pad_k(config_.hidden_size);
+  ld_q_ = pad_k(config_.q_dim());
+  ld_inter_ = pad_k(config_.intermediate_size);
+  ld_ctx_ = pad_k(config_.ctx_feature_dim());
+}
+
+// The device (kUnsupported without one), its name and SMs, the stream, every kernel prepared (so
+// that nothing happens for the first time inside a graph capture).
+void CudaDrafter::set_up_device() {
 #ifdef DFLASH_FAULT_POINTS
   mutation_ = read_planted_mutation();
 #endif
@@ -117,12 +141,6 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                  std::to_string(prop.multiProcessorCount) + " SMs)";
   sm_count_ = prop.multiProcessorCount;
-
-  const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
-  max_window_ = settings_.max_window(config_);
-  max_pages_per_seq_ = static_cast<int>((max_window_ + settings_.kv_page_size - 1) / settings_.kv_page_size + 1);
-  max_chunks_ = static_cast<int>((max_window_ + max_width_ + kAttentionChunk - 1) / kAttentionChunk);
-
   DFLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   prepare_gemm_kernels();
   prepare_gemm_fallback_kernels();
@@ -130,25 +148,24 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   prepare_row_kernels();
   prepare_grouped_conv_kernels();
   prepare_selector_kernels();
+}
 
+// What the plan asked for against what this device and geometry allow (each refusal a named
+// fallback), cuBLASLt where the plan uses it, and the GEMM context every launch copies.
+void CudaDrafter::resolve_plan() {
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
-  ld_hidden_ = pad_k(h);
-  ld_q_ = pad_k(q_dim);
-  ld_inter_ = pad_k(inter);
-  ld_ctx_ = pad_k(config_.ctx_feature_dim());
-
   // The attention instantiation must be the one built for this head_dim (a tuned kernel of another
   // head_dim would stay in bounds and mix heads silently).
   if (plan_.attention.kernel == AttentionKernel::kTuned && plan_.attention.compiled_head_dim != config_.head_dim) {
     throw internal_error("attention: kernel built for head_dim " + std::to_string(plan_.attention.compiled_head_dim) +
                          " chosen for head_dim " + std::to_string(config_.head_dim));
   }
-  // Resolve what the plan asked for against what this device and geometry allow.
   if (plan_.attention.kernel == AttentionKernel::kSimple &&
       attention_simple_smem_bytes(static_cast<int64_t>(max_chunks_) * kAttentionChunk) >
           attention_simple_max_smem_bytes()) {
-    plan_.attention = choose_attention_kernel("auto", config_.head_dim);
+    plan_.attention_request = AttentionRequest::kAuto;
+    plan_.resolve_attention(config_.head_dim);
     plan_.fallbacks.push_back("attention: simple -> " + plan_.attention.name() + " (a window of " +
                               std::to_string(max_window_) + " keys does not fit in shared memory)");
   }
@@ -179,11 +196,10 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
     gemm_ctx_.lt_workspace = lt_workspace_.get();
     gemm_ctx_.lt_workspace_bytes = lt_workspace_.bytes();
     std::string why;
-    if ((plan_.ctx_gemm_auto || plan_.ctx_gemm == GemmKernel::kCublasLt) &&
+    if ((plan_.ctx_gemm == ContextGemm::kAuto || plan_.ctx_gemm == ContextGemm::kCublasLt) &&
         !cublaslt_supports(gemm_ctx_, kContextChunkRows, h, config_.ctx_feature_dim(), ld_ctx_, ld_ctx_, &why)) {
       plan_.fallbacks.push_back("ctx_gemm: cublaslt -> mma (" + why + ")");
-      plan_.ctx_gemm_auto = false;
-      plan_.ctx_gemm = GemmKernel::kMma;
+      plan_.ctx_gemm = ContextGemm::kMma;
     }
     if (plan_.block_library && !cublaslt_supports(gemm_ctx_, max_rows, h, h, ld_hidden_, ld_hidden_, &why)) {
       plan_.fallbacks.push_back("gemm_m64: cublaslt -> mma for bf16 weights (" + why + ")");
@@ -207,19 +223,30 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   gemm_ctx_.sm_count = sm_count_;
   gemm_ctx_.epilogue_kernel = plan_.gemm_epilogue;
   gemm_ctx_.cutlass_tile_rows = plan_.cutlass_tile_rows;
+}
 
+// The weights in the plan's formats, RoPE's frequencies, every layer's K/V pool (poisoned while free).
+void CudaDrafter::upload_weights() {
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
   DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
   inv_freq_.allocate(rope_.inv_freq.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 
+  const int64_t pool_slots = static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size;
+  const int64_t kv_dim = config_.kv_dim();
   for (int l = 0; l < config_.num_layers; ++l) {
     k_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
     v_pool_.emplace_back(static_cast<size_t>(pool_slots * kv_dim));
   }
   poison_free_pool();
+}
 
+// Every scratch buffer, once, for max_batch sequences of max_width_ block rows and context chunks of
+// kContextChunkRows: nothing is allocated per propose, or inside a graph capture.
+void CudaDrafter::allocate_buffers() {
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
   const int64_t rows = static_cast<int64_t>(settings_.max_batch) * max_width_;
   const int64_t draft_rows = static_cast<int64_t>(settings_.max_batch) * (max_width_ - 1);
   const int64_t qkv_n = q_dim + 2 * kv_dim;
@@ -319,7 +346,46 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
   gemm_ctx_.raw_capacity = gemm_raw_.size();
-  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// Where the block forward leaves each stage it taps (docs/spec/drafter.md §7): the launch that
+// completes a stage names it (ForwardLaunch::ready), this table says where to read it.
+void CudaDrafter::build_tap_table() {
+  const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  using S = TapStorage;
+  auto add = [&](StageKind stage, const void* buffer, S storage, int64_t cols, int64_t ld) {
+    tap_sources_[stage] = TapSource{buffer, storage, cols, ld, false, {}};
+  };
+  add(StageKind::kEmbed, h_.get(), S::kF32, h, h);
+  add(StageKind::kAttnNorm, x_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kQ, q_.get(), S::kBf16, q_dim, q_dim);
+  add(StageKind::kK, k_block_.get(), S::kBf16, kv_dim, kv_dim);
+  add(StageKind::kV, v_block_.get(), S::kBf16, kv_dim, kv_dim);
+  add(StageKind::kAttn, attn_.get(), S::kBf16, q_dim, ld_q_);
+  add(StageKind::kOProj, o_out_.get(), S::kF32, h, h);  // the residual GEMM's copy (tapped pass)
+  add(StageKind::kMlpNorm, y_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kMlp, mlp_out_.get(), S::kF32, h, h);  // the residual GEMM's copy (tapped pass)
+  add(StageKind::kOut, h_.get(), S::kF32, h, h);
+  add(StageKind::kFinalNorm, hf_.get(), S::kBf16, h, ld_hidden_);
+  if (!config_.dflash2.enabled) return;
+  const int64_t coef = config_.conv_coef_dim(), top_k = config_.dflash2.selector_top_k;
+  const int64_t rank = config_.dflash2.selector_rank;
+  add(StageKind::kAttnConvCoef, conv_coef_.get(), S::kF32ReadAsBf16, coef, coef);
+  add(StageKind::kAttnConvIn, x_.get(), S::kBf16, h, ld_hidden_);  // prepared in place
+  add(StageKind::kAttnConvOut, conv_out_.get(), S::kF32, h, h);    // conv_finish's copy (tapped pass)
+  add(StageKind::kMlpConvCoef, conv_coef_.get(), S::kF32ReadAsBf16, coef, coef);
+  add(StageKind::kMlpConvIn, y_.get(), S::kBf16, h, ld_hidden_);
+  add(StageKind::kMlpConvOut, conv_out_.get(), S::kF32, h, h);
+  // The selector's stages: one row per draft row.
+  auto add_draft = [&](StageKind stage, const void* buffer, S storage, int64_t cols, std::vector<int64_t> row_shape = {}) {
+    tap_sources_[stage] = TapSource{buffer, storage, cols, cols, true, std::move(row_shape)};
+  };
+  add_draft(StageKind::kSelTopkIds, topk_ids_.get(), S::kI32, top_k);
+  add_draft(StageKind::kSelTopkValues, topk_values_.get(), S::kF32, top_k);
+  add_draft(StageKind::kSelUnary, unary_.get(), S::kF32, top_k);
+  add_draft(StageKind::kSelHiddenProj, hidden_proj_.get(), S::kF32, rank);
+  add_draft(StageKind::kSelEdgeScores, edge_scores_.get(), S::kF32, top_k * top_k, {top_k, top_k});
+  add_draft(StageKind::kSelWalkScores, walk_scores_.get(), S::kF32, top_k);
 }
 
 CudaDrafter::~CudaDrafter() {
@@ -373,7 +439,7 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                        " (kernel.selector_topk), hidden_projection bf16, edge scores (one warp each) and greedy walk "
                        "(one warp per sequence); the walk's tokens are the draft tokens");
   }
-  for (auto& entry : describe_kernel_plan(plan_, fp8_)) d.push_back(entry);
+  for (auto& entry : describe_kernel_plan(plan_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
                                                  std::to_string(options_.warmup) +
                                                  " eager passes; taps come from a second, eager pass compared bit "

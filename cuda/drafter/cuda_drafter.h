@@ -16,8 +16,9 @@ namespace dflash {
 struct CudaOptions {
   bool graphs = true;  // DFLASH_CUDA_GRAPHS=0 turns graph capture off
   int warmup = 2;      // DFLASH_CUDA_WARMUP: eager passes before a width/batch graph is captured
-  // Kernel chosen per stage, e.g. {"gemm": "fp8-small-m"} or {"attention": "simple"}; empty = default.
-  // DFLASH_CUDA_KERNELS="gemm=cublas,attention=simple" sets them from the environment.
+  // Value per lever, e.g. {"gemm": "cublaslt"} or {"attention": "simple"}; empty = default. The
+  // levers and their values: cuda/drafter/levers.h. DFLASH_CUDA_KERNELS="gemm=cublaslt,attention=simple"
+  // sets them from the environment.
   std::map<std::string, std::string> kernels;
   int device = 0;
   // "" keeps HeadSettings::precision; "bf16" or "fp8" overrides it (DFLASH_CUDA_PRECISION).

@@ -23,6 +23,7 @@
 #include "core/paged_proposer.h"
 #include "core/proposer.h"
 #include "core/rope.h"
+#include "core/stages.h"
 #include "core/weights.h"
 #include "cuda/kernels/selector/candidate_selector.h"
 #include "cuda/drafter/cuda_drafter.h"
@@ -62,23 +63,41 @@ class CudaDrafter final : public PagedProposer {
     cudaGraphExec_t exec = nullptr;
   };
 
+  // Construction, in order: the geometry's sizes, the device (stream, kernels prepared), the plan
+  // resolved against the device and geometry (fallbacks, cuBLASLt, the GEMM context), the weights
+  // and pools uploaded, the scratch allocated, the tap table built.
+  void size_geometry();
+  void set_up_device();
+  void resolve_plan();
+  void upload_weights();
+  void allocate_buffers();
+  void build_tap_table();
+
   void ingest_context(const std::vector<ProposeInput>& batch, const std::vector<ContextAdmission>& admissions,
                       TapSink* taps);
   void upload_step(const std::vector<ProposeInput>& batch);
   // The block forward as shipped (no taps): eager during warmup or with graphs off, else the
   // graph of (block_width, batch), captured on first use. Returns ForwardPath::mode's value.
   const char* run_block_forward(int batch, int block_width);
-  // One launch of the block forward (or, with taps, a tap read between launches: kernel_class
-  // null), named by its kernel class ("embed", "rmsnorm", "qkv", "qk_norm_rope",
-  // "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head", "argmax"). The
-  // block forward is this list run in order; the benchmark times it without a class by running
-  // the same list without that class's launches (testing/cuda_drafter_debug.h).
+  // One launch of the block forward, named by its kernel class ("embed", "rmsnorm", "qkv",
+  // "qk_norm_rope", "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head",
+  // "argmax"; DFlash2: "conv_coef", "conv", "hidden_proj", "selector_topk", "selector_walk"), with
+  // what it runs at this shape (its launch plan entry) and the stages whose values it completes
+  // (read from tap_sources_ right after it when taps are asked). The block forward is this list
+  // run in order; the benchmark times it without a class by running the same list without that
+  // class's launches (testing/cuda_drafter_debug.h).
   struct ForwardLaunch {
     const char* kernel_class;
     std::function<void()> enqueue;
+    std::string runs;
+    std::vector<StageId> ready;
   };
+  // taps: the tapped pass (pdl off, the residual GEMMs' copies for the o_proj and mlp taps).
   std::vector<ForwardLaunch> block_forward_launches(int batch, int block_width, TapSink* taps);
+  // Runs the list; the judged pass (no taps) records the shape's launch plan in launch_plans_.
   void enqueue_block_forward(int batch, int block_width, TapSink* taps);
+  // A block GEMM's launch plan entry: kernel, weight format and CTA shape, as gemm() decides them.
+  std::string gemm_runs(GemmKernel kernel, int64_t m, const DeviceMatrixView& w) const;
   // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue);
@@ -97,6 +116,23 @@ class CudaDrafter final : public PagedProposer {
   // DFlash2: the layer's grouped convolution (docs/spec/dflash2.md §3.1) and the selector's arguments.
   GroupedConvArgs conv_args(const DeviceBuffer<float>& base, int batch, int block_width) const;
   SelectorArgs selector_args(int batch, int block_width) const;
+
+  // How a tapped buffer holds its values.
+  enum class TapStorage {
+    kF32,
+    kBf16,
+    kF32ReadAsBf16,  // fp32 that every reader rounds to bf16 first (the conv coefficients)
+    kI32,            // exact integers (the top-k ids)
+  };
+  // Where a tapped stage's values are once its launch ran: [batch·rows, ld] on the device, rows per
+  // sequence the block width (draft_rows: width - 1), the tap [rows, cols] or [rows, row_shape...].
+  struct TapSource {
+    const void* buffer = nullptr;
+    TapStorage storage = TapStorage::kF32;
+    int64_t cols = 0, ld = 0;
+    bool draft_rows = false;
+    std::vector<int64_t> row_shape;
+  };
 
   std::shared_ptr<const DrafterWeights> host_weights_;
   CudaOptions options_;
@@ -148,7 +184,11 @@ class CudaDrafter final : public PagedProposer {
   DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
   DeviceBuffer<float> xc_f32_, kv_out_;
 
+  std::map<StageKind, TapSource> tap_sources_;  // every stage the block forward taps
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)
+  // What the judged block forward runs per (block width, batch size): kernel class -> what
+  // (ForwardPath::plan), recorded by its first eager pass or its capture.
+  std::map<std::pair<int, int>, std::vector<std::pair<std::string, std::string>>> launch_plans_;
   int last_batch_ = 0, last_width_ = 0;
   std::vector<int> last_seqs_;  // the sequences of the last propose, in batch order
 #ifdef DFLASH_FAULT_POINTS

@@ -16,6 +16,7 @@
 #include "cuda/runtime/graph_capture.h"
 #include "cuda/kernels/nvfp4/gemm_nvfp4.h"
 #include "cuda/drafter/host_parallel.h"
+#include "cuda/drafter/levers.h"
 
 namespace dflash {
 
@@ -26,36 +27,36 @@ struct CudaDrafter::TapSink {
   int batch = 0, block_width = 0;
   std::vector<std::vector<Tap>> per_sequence;
 
-  // How a tapped buffer holds its values.
-  enum class Storage {
-    kF32,
-    kBf16,
-    kF32ReadAsBf16,  // fp32 that every reader rounds to bf16 first (the conv coefficients)
-    kI32,            // exact integers (the top-k ids)
-  };
-
-  // rows_per_seq rows of each sequence, [batch·rows_per_seq, ld] on the device; the tap's shape is
-  // [rows_per_seq, cols], or `shape` when given (same element count).
-  void capture(const std::string& name, const void* device, Storage storage, int64_t rows_per_seq, int64_t cols,
-               int64_t ld, std::vector<int64_t> shape = {}) {
+  // The stage's values as `source` holds them, one tap per sequence: [rows, cols], or [rows,
+  // row_shape...] (same element count).
+  void capture(const std::string& name, const TapSource& source) {
     DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const int64_t rows_per_seq = source.draft_rows ? block_width - 1 : block_width;
+    const int64_t cols = source.cols, ld = source.ld;
+    const void* device = source.buffer;
+    const TapStorage storage = source.storage;
     const int64_t rows = batch * rows_per_seq;
     std::vector<float> values(static_cast<size_t>(rows * ld));
-    if (storage == Storage::kBf16) {
+    if (storage == TapStorage::kBf16) {
       std::vector<uint16_t> bits(values.size());
       DFLASH_CUDA_CHECK(cudaMemcpy(bits.data(), device, bits.size() * 2, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_bits_to_float(bits[i]);
-    } else if (storage == Storage::kI32) {
+    } else if (storage == TapStorage::kI32) {
       std::vector<int32_t> ints(values.size());
       DFLASH_CUDA_CHECK(cudaMemcpy(ints.data(), device, ints.size() * 4, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < ints.size(); ++i) values[i] = static_cast<float>(ints[i]);
     } else {
       DFLASH_CUDA_CHECK(cudaMemcpy(values.data(), device, values.size() * 4, cudaMemcpyDeviceToHost));
-      if (storage == Storage::kF32ReadAsBf16) {
+      if (storage == TapStorage::kF32ReadAsBf16) {
         for (float& v : values) v = bf16_bits_to_float(float_to_bf16_bits(v));
       }
     }
-    if (shape.empty()) shape = {rows_per_seq, cols};
+    std::vector<int64_t> shape = {rows_per_seq};
+    if (source.row_shape.empty()) {
+      shape.push_back(cols);
+    } else {
+      shape.insert(shape.end(), source.row_shape.begin(), source.row_shape.end());
+    }
     for (int b = 0; b < batch; ++b) {
       Tensor t = Tensor::zeros(shape);
       for (int64_t r = 0; r < rows_per_seq; ++r) {
@@ -112,6 +113,7 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
   ForwardPath path;
   path.mode = run_block_forward(nb, width);
   path.pdl = plan_.pdl;
+  path.plan = launch_plans_.at({width, nb});
   const int64_t vocab = config_.vocab_size;
   const int64_t draft_rows = static_cast<int64_t>(nb) * (width - 1);
   const auto copy_back = [&] {
@@ -416,34 +418,50 @@ GemmEpilogue CudaDrafter::lm_head_epilogue() const {
   return logits;
 }
 
+std::string CudaDrafter::gemm_runs(GemmKernel kernel, int64_t m, const DeviceMatrixView& w) const {
+  const std::string head = std::string(gemm_kernel_name(kernel)) + (w.format == WeightFormat::kE4M3 ? " e4m3" : " bf16");
+  switch (kernel) {
+    case GemmKernel::kMma:
+      // launch_gemm_mma's widths: m <= 16 one row tile (gemm_cols), above it 64-row tiles (gemm_cols_m64).
+      if (m <= 16) {
+        return head + ", " + std::to_string(gemm_mma_columns(gemm_ctx_.mma_columns, m, w.n, w.format, sm_count_)) +
+               " columns";
+      }
+      return head + ", 64-row tiles of " +
+             std::to_string(gemm_mma_columns_m64(gemm_ctx_.mma_columns_m64, m, w.n, w.format, sm_count_)) + " columns";
+    case GemmKernel::kCutlass:
+      return head + ", " + std::to_string(gemm_cutlass_tile_rows(gemm_ctx_.cutlass_tile_rows, m, w.n, sm_count_)) +
+             "-row tiles";
+    case GemmKernel::kCublasLt:
+    case GemmKernel::kSimple:
+      break;
+  }
+  return head;
+}
+
 std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int batch, int width, TapSink* taps) {
   const int64_t h = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const int64_t inter = config_.intermediate_size, vocab = config_.vocab_size;
   const int64_t rows = static_cast<int64_t>(batch) * width;
   const int64_t draft_rows = static_cast<int64_t>(batch) * (width - 1);
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  // Each GEMM's kernel follows its row count and weight format (gemm_m64).
-  const auto kernel = [this, rows](const DeviceMatrixView& w) { return plan_.block_kernel(rows, w.format); };
-  const auto draft_kernel = [this, draft_rows](const DeviceMatrixView& w) {
-    return plan_.block_kernel(draft_rows, w.format);
-  };
   // Every kernel after the first (the embedding, which follows the host's uploads) may start early;
   // taps synchronize between stages, so they gain nothing from it.
   const bool pdl = plan_.pdl && taps == nullptr;
   std::vector<ForwardLaunch> launches;
-  auto launch = [&](const char* kernel_class, std::function<void()> enqueue) {
-    launches.push_back({kernel_class, std::move(enqueue)});
+  // A launch of `kernel_class` that runs `runs`; once it ran, the stages `ready` hold their values.
+  auto launch = [&](const char* kernel_class, std::string runs, std::vector<StageId> ready,
+                    std::function<void()> enqueue) {
+    launches.push_back({kernel_class, std::move(enqueue), std::move(runs), std::move(ready)});
   };
-  // A tap: rows_per_seq = width rows of each sequence (the selector's: width - 1), read once the
-  // stream has reached it.
-  using Storage = TapSink::Storage;
-  auto tap_as = [&](const std::string& name, const void* device, Storage storage, int64_t rows_per_seq, int64_t cols,
-                    int64_t ld, std::vector<int64_t> shape = {}) {
-    if (taps) launch(nullptr, [=] { taps->capture(name, device, storage, rows_per_seq, cols, ld, shape); });
+  // A block GEMM of m rows: its kernel follows the row count and weight format (gemm_m64).
+  auto gemm_launch = [&](const char* kernel_class, std::vector<StageId> ready, const uint16_t* a, int64_t lda,
+                         int64_t m, const DeviceMatrixView& w, const GemmEpilogue& epilogue, const std::string& also = "") {
+    const GemmKernel kernel = plan_.block_kernel(m, w.format);
+    launch(kernel_class, gemm_runs(kernel, m, w) + also, std::move(ready),
+           [=] { enqueue_gemm(pdl, kernel, a, lda, m, w, epilogue); });
   };
-  auto tap = [&](const std::string& name, const void* device, bool bf16, int64_t cols, int64_t ld) {
-    tap_as(name, device, bf16 ? Storage::kBf16 : Storage::kF32, width, cols, ld);
-  };
+  const std::string rmsnorm = find_lever("rmsnorm").held(plan_).name;
   const bool d2 = config_.dflash2.enabled;
   const int64_t coef_dim = d2 ? config_.conv_coef_dim() : 0;
   // DFlash2: coefficients of the sublayer input `in` (kernel_projection, bf16 weights in every mode),
@@ -453,19 +471,16 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     GemmEpilogue coef;
     coef.out = conv_coef_.get();
     coef.ld_out = coef_dim;
-    const DeviceMatrixView w = projection.view();
-    launch("conv_coef", [=] { enqueue_gemm(pdl, kernel(w), in, ld_hidden_, rows, w, coef); });
-    tap_as(stage_name(coef_stage, layer), conv_coef_.get(), Storage::kF32ReadAsBf16, width, coef_dim, coef_dim);
+    gemm_launch("conv_coef", {{coef_stage, layer}}, in, ld_hidden_, rows, projection.view(), coef);
     const GroupedConvArgs conv = conv_args(base, batch, width);
-    launch("conv", [=] { launch_conv_prepare(conv, in, ld_hidden_, stream_, pdl); });
-    tap(stage_name(in_stage, layer), in, true, h, ld_hidden_);
+    launch("conv", "conv_prepare", {{in_stage, layer}}, [=] { launch_conv_prepare(conv, in, ld_hidden_, stream_, pdl); });
   };
   // DFlash2: h += conv.finish(z) with the coefficients prepare computed.
-  auto conv_finish = [&](const DeviceBuffer<float>& base, const float* z, StageKind out_stage, int layer) {
+  auto conv_finish = [&](const DeviceBuffer<float>& base, const float* z, std::vector<StageId> ready) {
     const GroupedConvArgs conv = conv_args(base, batch, width);
     float* conv_tap = taps ? conv_out_.get() : nullptr;
-    launch("conv", [=] { launch_conv_finish(conv, z, h, h_.get(), conv_tap, stream_, pdl); });
-    tap(stage_name(out_stage, layer), conv_out_.get(), false, h, h);
+    launch("conv", "conv_finish", std::move(ready),
+           [=] { launch_conv_finish(conv, z, h, h_.get(), conv_tap, stream_, pdl); });
   };
 
   for (int l = 0; l < config_.num_layers; ++l) {
@@ -478,16 +493,14 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
       embed.mask_token_id = config_.mask_token_id;
       embed.scale = d2 ? static_cast<float>(config_.dflash2.input_embedding_scale) : 1.0f;
       embed.h = h_.get();
-      launch("embed", [=] { launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_); });
-      tap(stage_name(StageKind::kEmbed), h_.get(), false, h, h);
+      launch("embed", "embed, " + rmsnorm + " rmsnorm", {{StageKind::kEmbed}, {StageKind::kAttnNorm, l}},
+             [=] { launch_embed_rmsnorm(plan_.rmsnorm, embed, norm, stream_); });
     } else {
-      launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl); });
+      launch("rmsnorm", rmsnorm, {{StageKind::kAttnNorm, l}}, [=] { launch_rmsnorm(plan_.rmsnorm, norm, stream_, pdl); });
     }
-    tap(stage_name(StageKind::kAttnNorm, l), x_.get(), true, h, ld_hidden_);
     if (d2) conv_prepare(layer.attn_conv_proj, layer.attn_conv_base, x_.get(), StageKind::kAttnConvCoef, StageKind::kAttnConvIn, l);
 
-    const DeviceMatrixView qkv = layer.qkv.view();
-    launch("qkv", [=] { enqueue_gemm(pdl, kernel(qkv), x_.get(), ld_hidden_, rows, qkv, qkv_epilogue()); });
+    gemm_launch("qkv", {}, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_epilogue());
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -510,10 +523,9 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     rope.v_out = v_block_.get();
     rope.ld_kv = kv_dim;
     rope.rows = rows;
-    launch("qk_norm_rope", [=] { launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl); });
-    tap(stage_name(StageKind::kQ, l), q_.get(), true, q_dim, q_dim);
-    tap(stage_name(StageKind::kK, l), k_block_.get(), true, kv_dim, kv_dim);
-    tap(stage_name(StageKind::kV, l), v_block_.get(), true, kv_dim, kv_dim);
+    launch("qk_norm_rope", find_lever("qk_norm_rope").held(plan_).name,
+           {{StageKind::kQ, l}, {StageKind::kK, l}, {StageKind::kV, l}},
+           [=] { launch_qk_norm_rope(plan_.qk_norm_rope, rope, stream_, pdl); });
 
     AttentionArgs att;
     att.q = q_.get();
@@ -542,83 +554,74 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     att.partial_max_sum = attn_max_sum_.get();
     att.out = attn_.get();
     att.ld_out = ld_q_;
-    launch("attention_chunks", [=] { launch_attention_chunks(plan_.attention, att, stream_, pdl); });
-    launch("combine", [=] { launch_attention_combine(plan_.attention, att, stream_, pdl); });
-    tap(stage_name(StageKind::kAttn, l), attn_.get(), true, q_dim, ld_q_);
+    // The form the launchers take at this shape (attention_launch is their own decision).
+    const AttentionLaunch attention = attention_launch(plan_.attention, att);
+    launch("attention_chunks", attention.name(), {}, [=] { launch_attention_chunks(plan_.attention, att, stream_, pdl); });
+    launch("combine", attention.combines() ? "merge of the chunks' partials" : "none (no partials)",
+           {{StageKind::kAttn, l}}, [=] { launch_attention_combine(plan_.attention, att, stream_, pdl); });
 
     // DFlash2: o_proj's output goes through attention_conv.finish before the residual add.
     DeviceMatrixView o = layer.o.view();
     DFLASH_MUTATE(mutation_, kBiasIgnored, o.bias = nullptr);
     float* o_tap = taps ? o_out_.get() : nullptr;
     const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
-    launch("o", [=] { enqueue_gemm(pdl, kernel(o), attn_.get(), ld_q_, rows, o, o_epilogue); });
-    tap(stage_name(StageKind::kOProj, l), o_out_.get(), false, h, h);
-    if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), StageKind::kAttnConvOut, l);
+    gemm_launch("o", {{StageKind::kOProj, l}}, attn_.get(), ld_q_, rows, o, o_epilogue);
+    if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), {{StageKind::kAttnConvOut, l}});
 
     const RmsNormArgs post_norm = rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows);
-    launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, post_norm, stream_, pdl); });
-    tap(stage_name(StageKind::kMlpNorm, l), y_.get(), true, h, ld_hidden_);
+    launch("rmsnorm", rmsnorm, {{StageKind::kMlpNorm, l}}, [=] { launch_rmsnorm(plan_.rmsnorm, post_norm, stream_, pdl); });
     if (d2) conv_prepare(layer.mlp_conv_proj, layer.mlp_conv_base, y_.get(), StageKind::kMlpConvCoef, StageKind::kMlpConvIn, l);
 
-    const DeviceMatrixView gate_up = layer.gate_up.view();
-    launch("gate_up", [=] { enqueue_gemm(pdl, kernel(gate_up), y_.get(), ld_hidden_, rows, gate_up, gate_up_epilogue()); });
+    gemm_launch("gate_up", {}, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up_epilogue(),
+                plan_.swiglu_fused ? ", swiglu in its epilogue" : "");
     if (!plan_.swiglu_fused) {
-      launch("swiglu", [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl); });
+      launch("swiglu", "separate", {}, [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl); });
     }
 
-    const DeviceMatrixView down = layer.down.view();
     float* mlp_tap = taps ? mlp_out_.get() : nullptr;
     const GemmEpilogue down_epilogue = d2 ? plain_epilogue(mlp_out_.get(), h) : residual_epilogue(mlp_tap);
-    launch("down", [=] { enqueue_gemm(pdl, kernel(down), act_.get(), ld_inter_, rows, down, down_epilogue); });
-    tap(stage_name(StageKind::kMlp, l), mlp_out_.get(), false, h, h);
-    if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), StageKind::kMlpConvOut, l);
-    tap(stage_name(StageKind::kOut, l), h_.get(), false, h, h);
+    std::vector<StageId> down_ready = {{StageKind::kMlp, l}};
+    if (!d2) down_ready.push_back({StageKind::kOut, l});
+    gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue);
+    if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), {{StageKind::kMlpConvOut, l}, {StageKind::kOut, l}});
   }
 
   // hf = RMSNorm_norm(h); rows 1..B-1 of each block also go to the lm_head's input.
   const RmsNormArgs final_norm = rmsnorm_args(h_.get(), weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows);
-  launch("rmsnorm", [=] { launch_rmsnorm(plan_.rmsnorm, final_norm, stream_, pdl); });
-  tap(stage_name(StageKind::kFinalNorm), hf_.get(), true, h, ld_hidden_);
+  launch("rmsnorm", rmsnorm, {{StageKind::kFinalNorm}}, [=] { launch_rmsnorm(plan_.rmsnorm, final_norm, stream_, pdl); });
 
+  const std::string argmax_partials = !d2 && plan_.argmax_fused ? ", argmax partials in its epilogue" : "";
   if (weights_.lm_head_nvfp4.present()) {
     // The target's NVFP4 head, on exactly this propose's draft rows.
     const DeviceNvFp4View lm_head = weights_.lm_head_nvfp4.view();
-    launch("lm_head", [=] {
+    launch("lm_head", "nvfp4 w4a16" + argmax_partials, {}, [=] {
       launch_gemm_nvfp4(stream_, pdl, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue());
     });
   } else {
-    const DeviceMatrixView lm_head = weights_.lm_head.view();
-    launch("lm_head",
-           [=] { enqueue_gemm(pdl, draft_kernel(lm_head), hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue()); });
+    gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), lm_head_epilogue(), argmax_partials);
   }
   if (d2) {
     // The candidate selector's walk gives the draft tokens (docs/spec/dflash2.md §3.4).
-    const int64_t n = width - 1, top_k = config_.dflash2.selector_top_k, rank = config_.dflash2.selector_rank;
     GemmEpilogue projected;
     projected.out = hidden_proj_.get();
-    projected.ld_out = rank;
-    const DeviceMatrixView hidden = weights_.selector.hidden_projection.view();
-    launch("hidden_proj", [=] { enqueue_gemm(pdl, draft_kernel(hidden), hf_draft_.get(), ld_hidden_, draft_rows, hidden, projected); });
+    projected.ld_out = config_.dflash2.selector_rank;
+    gemm_launch("hidden_proj", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.selector.hidden_projection.view(), projected);
     const SelectorArgs selector = selector_args(batch, width);
     const SelectorTopK topk_kernel = plan_.selector_topk;
-    launch("selector_topk", [=] { launch_selector_topk(selector, topk_kernel, stream_, pdl); });
-    launch("selector_walk", [=] { launch_selector_walk(selector, stream_, pdl); });
-    tap_as(stage_name(StageKind::kSelTopkIds), topk_ids_.get(), Storage::kI32, n, top_k, top_k);
-    tap_as(stage_name(StageKind::kSelTopkValues), topk_values_.get(), Storage::kF32, n, top_k, top_k);
-    tap_as(stage_name(StageKind::kSelUnary), unary_.get(), Storage::kF32, n, top_k, top_k);
-    tap_as(stage_name(StageKind::kSelHiddenProj), hidden_proj_.get(), Storage::kF32, n, rank, rank);
-    tap_as(stage_name(StageKind::kSelEdgeScores), edge_scores_.get(), Storage::kF32, n, top_k * top_k, top_k * top_k,
-           {n, top_k, top_k});
-    tap_as(stage_name(StageKind::kSelWalkScores), walk_scores_.get(), Storage::kF32, n, top_k, top_k);
+    launch("selector_topk", find_lever("selector_topk").held(plan_).name, {},
+           [=] { launch_selector_topk(selector, topk_kernel, stream_, pdl); });
+    std::vector<StageId> selector_stages;
+    for (StageKind kind : kSelectorStages) selector_stages.push_back({kind});
+    launch("selector_walk", "greedy walk", selector_stages, [=] { launch_selector_walk(selector, stream_, pdl); });
   } else if (plan_.argmax_fused) {
-    launch("argmax", [=] {
+    launch("argmax", "reduce of the lm_head's partials", {}, [=] {
       launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(),
                            stream_, pdl);
     });
   } else {
-    launch("argmax", [=] { launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl); });
+    launch("argmax", "separate", {}, [=] { launch_argmax_rows(logits_.get(), draft_rows, vocab, tokens_.get(), stream_, pdl); });
   }
-  DFLASH_MUTATE(mutation_, kBlockRowsInPool, launch("argmax", [=] {
+  DFLASH_MUTATE(mutation_, kBlockRowsInPool, launch("argmax", "planted: block rows stored in the pool", {}, [=] {
     plant_block_rows_in_pool(k_block_.get(), v_block_.get(), k_pool_.back().get(), v_pool_.back().get(),
                              static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size, rows, kv_dim, stream_);
   }));
@@ -626,7 +629,27 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
 }
 
 void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
-  for (const ForwardLaunch& launch : block_forward_launches(batch, width, taps)) launch.enqueue();
+  const std::vector<ForwardLaunch> launches = block_forward_launches(batch, width, taps);
+  if (taps == nullptr && launch_plans_.count({width, batch}) == 0) {
+    // Each kernel class once, in forward order; a class that runs differently within the forward
+    // lists every form.
+    std::vector<std::pair<std::string, std::string>> plan;
+    for (const ForwardLaunch& launch : launches) {
+      auto it = std::find_if(plan.begin(), plan.end(), [&](const auto& e) { return e.first == launch.kernel_class; });
+      if (it == plan.end()) {
+        plan.emplace_back(launch.kernel_class, launch.runs);
+      } else if (("; " + it->second + "; ").find("; " + launch.runs + "; ") == std::string::npos) {
+        it->second += "; " + launch.runs;
+      }
+    }
+    plan.emplace_back("pdl", plan_.pdl ? "on" : "off");
+    launch_plans_[{width, batch}] = std::move(plan);
+  }
+  for (const ForwardLaunch& launch : launches) {
+    launch.enqueue();
+    if (taps == nullptr) continue;
+    for (const StageId& stage : launch.ready) taps->capture(stage_name(stage), tap_sources_.at(stage.kind));
+  }
 }
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compare/report_json.h"
 #include "core/error.h"
 #include "tests/compare/scripted_proposer.h"
 
@@ -191,6 +192,24 @@ TEST(Replay, RecordsEachDrafterPathPerProposeStep) {
   EXPECT_TRUE(r.paths[2].pdl);
   EXPECT_EQ(r.proposers[0].path_counts.at("eager"), 1);
   EXPECT_EQ(r.proposers[0].path_counts.at("graph-replay"), 2);
+}
+
+TEST(Replay, ALaunchPlanIsRecordedAndWrittenWhereTheDrafterReportsOne) {
+  // Only the first propose reports a plan: the report carries it there, and no "plan" elsewhere.
+  int proposes = 0;
+  const std::vector<std::pair<std::string, std::string>> plan = {{"qkv", "mma e4m3, 64 columns"}, {"pdl", "on"}};
+  ScriptedProposer drafter("scripted-a", head(), [&](ProposeOutput* out) {
+    if (proposes == 0) out->path.plan = plan;
+  });
+  ReplayOptions options;
+  options.on_step = [&](int done, int) { proposes = done; };
+  const ReplayResult r = replay_fixture(scripted_fixture(), {{&drafter, Precision::kFp64, true}}, {}, options);
+  ASSERT_EQ(r.paths.size(), 3u);
+  EXPECT_EQ(r.paths[0].plan, plan);
+  EXPECT_TRUE(r.paths[1].plan.empty());
+  const nlohmann::json json = replay_result_to_json(r);
+  EXPECT_EQ(json["paths"][0]["plan"], nlohmann::json::parse(R"([["qkv", "mma e4m3, 64 columns"], ["pdl", "on"]])"));
+  EXPECT_FALSE(json["paths"][1].contains("plan"));
 }
 
 TEST(Replay, ATappedPassThatDiffersFromTheJudgedPassIsItsOwnFinding) {

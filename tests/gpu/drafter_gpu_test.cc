@@ -18,6 +18,7 @@
 #include "cuda/runtime/cuda_check.h"
 #include "testing/cuda_drafter_debug.h"
 #include "cuda/drafter/cuda_drafter_impl.h"
+#include "cuda/drafter/levers.h"
 #include "testing/gpu_test_util.h"
 #include "fixtures/fixture.h"
 #include "fixtures/geometries.h"
@@ -66,6 +67,14 @@ std::vector<Step> script() {
       {3, {}, {{2, 1, 55, 21}}},
       {3, {}, {{2, 1, 56, 22}}},
   };
+}
+
+// script() and a step of three sequences at width 8: 24 block rows and 21 draft rows, so the mma
+// kernel's 64-row tiles (m > 16, gemm_cols_m64) run too.
+std::vector<Step> lever_script() {
+  std::vector<Step> steps = script();
+  steps.push_back({8, {}, {{1, 5, 48, 23}, {2, 4, 60, 24}, {3, 30, 30, 25}}});
+  return steps;
 }
 
 HeadSettings small_settings(Precision precision, uint64_t page_seed = 0) {
@@ -138,6 +147,12 @@ std::vector<ProposeOutput> outputs_of(const std::vector<ProposeOutput>& outputs,
   return kept;
 }
 
+// The launch plan one propose reports (ForwardPath::plan): kernel class -> what ran.
+std::map<std::string, std::string> plan_of(const ProposeOutput& out) {
+  return std::map<std::string, std::string>(out.path.plan.begin(), out.path.plan.end());
+}
+const char* const kBlockGemms[] = {"qkv", "o", "gate_up", "down", "lm_head"};
+
 struct Variant {
   int head_dim;
   Precision precision;
@@ -159,7 +174,13 @@ TEST_P(DrafterGpu, GraphReplayIsBitIdenticalToEager) {
   eager.graphs = false;
   CudaDrafter with_graphs(c, w, small_settings(GetParam().precision), graphs);
   CudaDrafter without(c, w, small_settings(GetParam().precision), eager);
-  expect_bitwise_equal(run_script(with_graphs, script()), run_script(without, script()), "graphs vs eager");
+  const auto graphed = run_script(with_graphs, script()), eager_outputs = run_script(without, script());
+  expect_bitwise_equal(graphed, eager_outputs, "graphs vs eager");
+  // A graph runs the launch plan its capture recorded: the eager drafter's, shape by shape.
+  for (size_t i = 0; i < graphed.size(); ++i) {
+    EXPECT_FALSE(graphed[i].path.plan.empty()) << "output " << i;
+    EXPECT_EQ(graphed[i].path.plan, eager_outputs[i].path.plan) << "output " << i << " (" << graphed[i].path.mode << ")";
+  }
   EXPECT_TRUE(drafter_graph_captured(with_graphs, 8, 1));
   EXPECT_TRUE(drafter_graph_captured(with_graphs, 8, 2));
   EXPECT_TRUE(drafter_graph_captured(with_graphs, 5, 2));
@@ -339,7 +360,10 @@ TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
       if (key == "kernel.gemm_m64") large = value;
       if (key == "batch_invariance") invariance = value;
     }
-    EXPECT_EQ(large.rfind("library from 64 block rows", 0), 0u) << what << large;
+    EXPECT_EQ(large.rfind("library: ", 0), 0u) << what << large;
+    EXPECT_NE(large.find(precision == Precision::kFp8 ? "here: cutlass for E4M3 weights" : "cublaslt for bf16 weights"),
+              std::string::npos)
+        << what << large;
     EXPECT_NE(invariance.find("within a rounding bound"), std::string::npos) << what << invariance;
     const auto all = run_script(library, steps);
     CudaDrafter library_eager(c, w, s, eager), library_again(c, w, s, graphs);
@@ -348,9 +372,21 @@ TEST(DrafterGpuLargeBatch, LibraryGemmsFrom64RowsHoldTheirBound) {
     CudaOptions warp_epilogue = graphs;  // the library GEMMs' products finished one column per lane
     warp_epilogue.kernels["gemm_epilogue"] = "warp";
     CudaDrafter library_warp(c, w, s, warp_epilogue);
+    EXPECT_EQ(drafter_kernel_plan(library_warp).gemm_epilogue, EpilogueKernel::kWarp) << what;
     expect_bitwise_equal(all, run_script(library_warp, steps), what + "gemm_epilogue=warp vs vector");
     CudaDrafter mma(c, w, s, bitwise), mma_alone(c, w, s, bitwise), library_alone(c, w, s, graphs);
     const auto all_mma = run_script(mma, steps);
+    // The recorded plans: at 80 block rows (70 draft rows) the library GEMMs ran, at 50 (40) and
+    // under gemm_m64=mma the mma kernel.
+    const std::string library_kernel = precision == Precision::kFp8 ? "cutlass e4m3" : "cublaslt bf16";
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto library_plan = plan_of(all[i]), mma_plan = plan_of(all_mma[i]);
+      for (const char* gemm : kBlockGemms) {
+        const std::string want = all[i].block_width == 8 ? library_kernel : "mma ";
+        EXPECT_EQ(library_plan.at(gemm).rfind(want, 0), 0u) << what << "output " << i << " " << gemm << ": " << library_plan.at(gemm);
+        EXPECT_EQ(mma_plan.at(gemm).rfind("mma ", 0), 0u) << what << "gemm_m64=mma, output " << i << " " << gemm;
+      }
+    }
     expect_bitwise_equal(outputs_of(all_mma, 3), run_script(mma_alone, steps, false, 3), what + "gemm_m64=mma: alone vs batched");
     const auto alone = run_script(library_alone, steps, false, 3);
     const auto batched = outputs_of(all, 3);
@@ -490,6 +526,38 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
     }
     EXPECT_TRUE(described) << stage << "=" << kernel;
     const auto got = run_script(d, script());
+    // The kernel asked for is the one that ran: the recorded launch plan of every propose (the
+    // context GEMMs run before the block forward: the resolved plan says theirs).
+    const std::string what = stage + "=" + kernel;
+    if (stage == "ctx_gemm") {
+      EXPECT_EQ(find_lever("ctx_gemm").held(drafter_kernel_plan(d)).name, kernel) << what;
+    }
+    for (const ProposeOutput& out : got) {
+      const auto plan = plan_of(out);
+      ASSERT_FALSE(plan.empty()) << what;
+      if (stage == "gemm" || stage == "gemm_m64") {
+        for (const char* gemm : kBlockGemms) {
+          EXPECT_EQ(plan.at(gemm).rfind(stage == "gemm" ? kernel + " " : "mma ", 0), 0u) << what << ": " << gemm
+                                                                                        << " ran " << plan.at(gemm);
+        }
+      } else if (stage == "attention") {
+        EXPECT_EQ(plan.at("attention_chunks"), kernel == "generic" ? "generic split-KV" : "simple") << what;
+        EXPECT_EQ(plan.at("combine"), kernel == "generic" ? "merge of the chunks' partials" : "none (no partials)") << what;
+      } else if (stage == "rmsnorm") {
+        EXPECT_EQ(plan.at("rmsnorm"), "simple") << what;
+        EXPECT_EQ(plan.at("embed"), "embed, simple rmsnorm") << what;
+      } else if (stage == "qk_norm_rope") {
+        EXPECT_EQ(plan.at("qk_norm_rope"), "simple") << what;
+      } else if (stage == "swiglu") {
+        EXPECT_EQ(plan.at("swiglu"), "separate") << what;
+        EXPECT_EQ(plan.at("gate_up").find("swiglu"), std::string::npos) << what << ": " << plan.at("gate_up");
+      } else if (stage == "argmax") {
+        EXPECT_EQ(plan.at("argmax"), "separate") << what;
+        EXPECT_EQ(plan.at("lm_head").find("argmax"), std::string::npos) << what << ": " << plan.at("lm_head");
+      } else if (stage != "ctx_gemm") {
+        ADD_FAILURE() << "no check of what ran for " << what;
+      }
+    }
     ASSERT_EQ(got.size(), expected.size());
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -506,10 +574,44 @@ TEST(DrafterGpuErrors, EveryKernelLeverRunsAndIsDescribed) {
 
 TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
   DFLASH_REQUIRE_GPU();
-  // The GEMM's CTA widths, the attention's P·V split, walking CTAs and form (whole-window or split-KV) and
+  // The GEMM's CTA widths, the attention's walking CTAs and form (whole-window or split-KV) and
   // programmatic dependent launch change only how work is run: the drafter's outputs must be the
-  // same bits as the default's, graphs on and off, in both modes. head_dim 64 and 128 (two P·V
-  // passes: the split runs only there).
+  // same bits as the default's, graphs on and off, in both modes, head_dim 64 and 128. Each
+  // propose's recorded launch plan must show the value asked for (else the lever never ran).
+  const std::vector<std::pair<std::string, std::string>> levers = {
+      {"gemm_cols", "32"},     {"gemm_cols", "64"},         {"gemm_cols_m64", "32"},
+      {"gemm_cols_m64", "64"}, {"pdl", "off"},              {"attention_whole_window", "on"},
+      {"attention_whole_window", "off"},                    {"attention_walk_ctas", "off"}};
+  // What the plan of one propose must say for stage=value; returns the checks made.
+  auto ran = [](const ProposeOutput& out, const std::string& stage, const std::string& value, Precision precision,
+                const std::string& what) {
+    const auto plan = plan_of(out);
+    int checked = 0;
+    if (stage == "gemm_cols" || stage == "gemm_cols_m64") {
+      for (const char* gemm : kBlockGemms) {
+        const std::string& runs = plan.at(gemm);
+        const bool tiles = runs.find("64-row tiles") != std::string::npos;  // m > 16
+        if ((stage == "gemm_cols_m64") != tiles) continue;                   // the other lever's rows
+        // bf16 weights have no 64-column tiles: gemm_cols_m64=64 falls back to 32 (fallbacks say so).
+        const std::string width = stage == "gemm_cols_m64" && precision == Precision::kBf16 ? "32" : value;
+        const std::string want = stage == "gemm_cols" ? ", " + width + " columns" : "64-row tiles of " + width + " columns";
+        EXPECT_NE(runs.find(want), std::string::npos) << what << ": " << gemm << " ran " << runs;
+        ++checked;
+      }
+    } else if (stage == "pdl") {
+      EXPECT_EQ(plan.at("pdl"), value) << what;
+      EXPECT_EQ(out.path.pdl, value == "on") << what;
+      ++checked;
+    } else if (stage == "attention_whole_window" || stage == "attention_walk_ctas") {
+      const bool whole = stage == "attention_whole_window" && value == "on";
+      EXPECT_EQ(plan.at("attention_chunks"), whole ? "tuned whole-window" : "tuned split-KV, one CTA per chunk") << what;
+      EXPECT_EQ(plan.at("combine"), whole ? "none (no partials)" : "merge of the chunks' partials") << what;
+      ++checked;
+    } else {
+      ADD_FAILURE() << "no check of what ran for " << what;
+    }
+    return checked;
+  };
   for (int head_dim : {64, 128}) {
     const DrafterConfig c = make_config(small_geometry(head_dim));
     const auto w = make_random_weights(c, 12);
@@ -518,19 +620,18 @@ TEST(DrafterGpuErrors, LaunchLeversChangeNoBit) {
         CudaOptions defaults;
         defaults.graphs = graphs;
         CudaDrafter base(c, w, small_settings(precision), defaults);
-        const auto expected = run_script(base, script());
-        const std::vector<std::pair<std::string, std::string>> levers = {
-            {"gemm_cols", "32"}, {"gemm_cols", "64"},     {"gemm_cols", "96"},           {"gemm_cols", "128"},
-            {"pdl", "off"},       {"gemm_cols_m64", "32"}, {"attention_pass_ctas", "2"},
-            {"attention_whole_window", "on"}, {"attention_whole_window", "off"}, {"attention_walk_ctas", "off"},
-            {"attention_walk_ctas", "3"}};
+        const auto expected = run_script(base, lever_script());
         for (const auto& [stage, value] : levers) {
           CudaOptions o = defaults;
           o.kernels[stage] = value;
           CudaDrafter d(c, w, small_settings(precision), o);
-          expect_bitwise_equal(expected, run_script(d, script()),
-                               stage + "=" + value + (graphs ? " graphs" : " eager") + " " + precision_name(precision) +
-                                   " d" + std::to_string(head_dim));
+          const std::string what = stage + "=" + value + (graphs ? " graphs" : " eager") + " " +
+                                   precision_name(precision) + " d" + std::to_string(head_dim);
+          const auto got = run_script(d, lever_script());
+          expect_bitwise_equal(expected, got, what);
+          int checked = 0;
+          for (const ProposeOutput& out : got) checked += ran(out, stage, value, precision, what);
+          EXPECT_GT(checked, 0) << what << ": no propose ran what the lever shapes";
         }
       }
     }

@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
 enum class StagedRows { kWindow, kBlock, kAll };
 
 // Stages the K rows of keys [first_key, first_key + 64) and the V columns of the P·V
-// passes pass_group, pass_group + pass_ctas, ... (only those are read) into tiles of
-// row_stride<D>() elements per row. row_of(jj) gives the KeyRows of key first_key + jj.
+// passes pass_group, pass_group + pass_ctas, ... (only those are read: the whole-window kernel's
+// split; the split-KV kernels read every pass, 0 of 1) into tiles of row_stride<D>() elements per
+// row. row_of(jj) gives the KeyRows of key first_key + jj.
 template <int D, typename RowOf>
 __device__ __forceinline__ void stage_chunk(const RowOf& row_of, const AttentionArgs& a, int64_t first_key, int keys,
                                             int window_length, int64_t first_read, uint32_t k_tile, uint32_t v_tile,
@@ -213,13 +214,13 @@ __device__ __forceinline__ void stage_chunk(const RowOf& row_of, const Attention
   }
 }
 
-// One m-tile's partials of one staged chunk: S, the chunk's m and l (stored by pass group 0) and
-// this CTA's 64-column P·V passes of its unnormalized O, into the partial buffers. Both split-KV
-// kernels call it, so both give the same bits.
+// One m-tile's partials of one staged chunk: S, the chunk's m and l and every 64-column P·V pass
+// of its unnormalized O, into the partial buffers. Both split-KV kernels call it, so both give the
+// same bits.
 template <int D>
 __device__ __forceinline__ void chunk_partials(const AttentionArgs& a, const QueryRows& rows, int window_length, int chunk,
                                                int keys, int tile, const uint32_t (&qf)[D / 16][4], uint32_t k_address,
-                                               uint32_t v_address, int pass_group, int pass_ctas, int lane) {
+                                               uint32_t v_address, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const int group = rows.group;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
@@ -238,13 +239,13 @@ __device__ __forceinline__ void chunk_partials(const AttentionArgs& a, const Que
   };
   const int64_t p0 = r0 < rows.count ? partial_index(r0) : -1;
   const int64_t p1 = r1 < rows.count ? partial_index(r1) : -1;
-  if (t == 0 && pass_group == 0) {
+  if (t == 0) {
     if (p0 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p0 * 2) = make_float2(m0, l0);
     if (p1 >= 0) *reinterpret_cast<float2*>(a.partial_max_sum + p1 * 2) = make_float2(m1, l1);
   }
-  // O = P·V in passes of 64 output columns: this CTA's share of them.
+  // O = P·V in passes of 64 output columns.
 #pragma unroll 1
-  for (int pass = pass_group; pass < D / kPassColumns; pass += pass_ctas) {
+  for (int pass = 0; pass < D / kPassColumns; ++pass) {
     float hi[8][4], lo[8][4];
     chunk_pv_pass<D>(hi, lo, s, v_address, pass);
     // Unnormalized partial O (fp32): row g from elements 0, 1, row g + 8 from 2, 3.
@@ -265,9 +266,6 @@ __device__ __forceinline__ void chunk_partials(const AttentionArgs& a, const Que
 
 // Split-KV: one CTA per (64-key chunk, kv head, sequence), warp w taking m-tiles w, w + 4, ...; each
 // chunk's m, l and unnormalized O go to the partial buffers and the combine kernel merges them.
-// pass_ctas > 1: that many CTAs share the chunk, each computing S and the softmax statistics
-// (identically) and the P·V passes pass_group, pass_group + pass_ctas, ...: a shorter chain per
-// CTA, the same instructions for every output element (same bits). Only group 0 stores m and l.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * 32;
 
@@ -277,7 +275,7 @@ constexpr size_t mma_smem_bytes() {  // one K and one V tile
 }
 
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArgs a, int pass_ctas) {
+__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArgs a) {
   pdl_launch_dependents();
   // Up to the PDL wait below this kernel reads only what no kernel of the block forward writes:
   // the window's K/V rows in the paged pools (written when the context arrived, before the block
@@ -286,7 +284,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   // before this one; q and the block rows' K/V (the previous kernel's outputs) come after the wait.
   // Chunks vary slowest, so the CTAs that have keys (the low chunks of every head and sequence)
   // are dispatched first and share the first wave; the empty tail of the grid exits at once.
-  const int kv_head = blockIdx.x / pass_ctas, pass_group = blockIdx.x % pass_ctas, b = blockIdx.y, chunk = blockIdx.z;
+  const int kv_head = blockIdx.x, b = blockIdx.y, chunk = blockIdx.z;
   const SequenceWindow w = sequence_window(a, b);
   const int64_t total_keys = static_cast<int64_t>(w.length) + a.block_width;
   const int64_t first_key = static_cast<int64_t>(chunk) * kAttentionChunk;
@@ -309,11 +307,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   __syncthreads();
   const int64_t first_read = first_visible_key(a, w.length, 0);
   const auto row_of = [&](int jj) { return sources[jj]; };
-  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, pass_group, pass_ctas,
-                 StagedRows::kWindow);
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, 0, 1, StagedRows::kWindow);
   pdl_wait();
-  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, pass_group, pass_ctas,
-                 StagedRows::kBlock);
+  stage_chunk<D>(row_of, a, first_key, keys, w.length, first_read, k_tile, v_tile, 0, 1, StagedRows::kBlock);
   cp_async_commit();
   // This warp's first m-tile of queries: the loads overlap the block rows' copy.
   uint32_t qf[D / 16][4];
@@ -324,7 +320,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(AttentionArg
   const uint32_t k_address = k_tile + k_lane_offset<D>(lane), v_address = v_tile + v_lane_offset<D>(lane);
   for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
     if (tile != warp) load_query_fragments<D>(qf, a, rows, tile, lane);
-    chunk_partials<D>(a, rows, w.length, chunk, keys, tile, qf, k_address, v_address, pass_group, pass_ctas, lane);
+    chunk_partials<D>(a, rows, w.length, chunk, keys, tile, qf, k_address, v_address, lane);
   }
 }
 
@@ -416,7 +412,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3) attention_walk_kernel(Attentio
     for (int tile = warp; tile < m_tiles; tile += kMmaWarps) {
       if (tile != warp || (step > 0 && m_tiles > kMmaWarps)) load_query_fragments<D>(qf, a, rows, tile, lane);
       chunk_partials<D>(a, rows, w.length, first_chunk + step, keys_of(step), tile, qf, k_tile + k_lane,
-                        k_tile + kTileBytes + v_lane, 0, 1, lane);
+                        k_tile + kTileBytes + v_lane, lane);
     }
   });
 }
@@ -738,38 +734,36 @@ int prepare_walk() {
 }
 
 // CTAs per (kv head, sequence) of the walking split-KV kernel, or 0 for one CTA per chunk: the
-// lever's count, else 0 where one CTA per chunk (over the grid's max_chunks) fits in one wave, else
-// as many as one wave holds (at least 1).
+// choice's count (> 0: the kernel tests' walks; -1: off), else 0 where one CTA per chunk (over the
+// grid's max_chunks) fits in one wave, else as many as one wave holds (at least 1).
 template <int D>
 int split_walk_ctas(const AttentionChoice& choice, const AttentionArgs& a) {
   const int resident = prepare_walk<D>();  // also opts the kernel into its shared memory
-  if (choice.walk_ctas != 0) return std::max(choice.walk_ctas, 0);  // > 0: the lever; -1: off
-  if (attention_pass_ctas(choice.pass_ctas, D) > 1 || a.sm_count < 1) return 0;
+  if (choice.walk_ctas != 0) return std::max(choice.walk_ctas, 0);
+  if (a.sm_count < 1) return 0;
   const int64_t pairs = static_cast<int64_t>(a.num_kv_heads) * a.batch;
   const int64_t wave = static_cast<int64_t>(a.sm_count) * resident;
   if (pairs * a.max_chunks <= wave) return 0;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wave / pairs, a.max_chunks)));
 }
 
+// The split-KV form: one CTA per chunk (walk_ctas 0) or the walking kernel.
 template <int D>
-void launch_mma(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
+void launch_mma(int walk_ctas, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   prepare_mma<D>();
   if (a.max_chunks > 65535 || a.batch > 65535) {
     throw internal_error("attention: grid too large (" + std::to_string(a.max_chunks) + " chunks, batch " +
                          std::to_string(a.batch) + ")");
   }
-  const int walk_ctas = split_walk_ctas<D>(choice, a);
   if (walk_ctas > 0) {
     const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch), static_cast<unsigned>(walk_ctas));
     launch_kernel(DFLASH_KERNEL_SITE("attention_walk_kernel"), attention_walk_kernel<D>, grid, dim3(kMmaThreads), walk_smem_bytes<D>(), stream,
                   pdl, a);
     return;
   }
-  const int ctas = attention_pass_ctas(choice.pass_ctas, D);
-  const dim3 grid(static_cast<unsigned>(a.num_kv_heads * ctas), static_cast<unsigned>(a.batch),
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(a.batch),
                   static_cast<unsigned>(a.max_chunks));
-  launch_kernel(DFLASH_KERNEL_SITE("attention_mma_kernel"), attention_mma_kernel<D>, grid, dim3(kMmaThreads), mma_smem_bytes<D>(), stream, pdl, a,
-                ctas);
+  launch_kernel(DFLASH_KERNEL_SITE("attention_mma_kernel"), attention_mma_kernel<D>, grid, dim3(kMmaThreads), mma_smem_bytes<D>(), stream, pdl, a);
 }
 
 // The whole-window kernel, head_dim D.
@@ -806,14 +800,10 @@ void launch_whole_window(const AttentionArgs& a, cudaStream_t stream, bool pdl) 
 std::string AttentionChoice::name() const {
   switch (kernel) {
     case AttentionKernel::kTuned: {
-      const int ctas = attention_pass_ctas(pass_ctas, compiled_head_dim);
-      // The walking kernel takes no P·V split; the split takes one chunk per CTA.
       std::string split = "split-KV";
       if (walk_ctas > 0) {
         split += ", runs of chunks over " + std::to_string(walk_ctas) + (walk_ctas == 1 ? " CTA" : " CTAs") +
                  " per kv head and sequence";
-      } else if (ctas > 1) {
-        split += ", P·V passes over " + std::to_string(ctas) + " CTAs";
       } else if (walk_ctas == 0) {
         split += ", runs of chunks per CTA past one wave";
       }
@@ -868,11 +858,6 @@ bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int b
   return false;
 }
 
-int attention_pass_ctas(int requested, int head_dim) {
-  const int passes = head_dim / kPassColumns;
-  return std::max(1, std::min(requested, passes));
-}
-
 int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim) {
   return static_cast<int64_t>(max_batch) * num_heads * max_block_width * max_chunks * head_dim;
 }
@@ -913,41 +898,83 @@ void prepare_attention_kernels() {
   DFLASH_CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_simple_kernel));
 }
 
+AttentionLaunch attention_launch(const AttentionChoice& choice, const AttentionArgs& a) {
+  AttentionLaunch how;
+  if (choice.kernel == AttentionKernel::kSimple) {
+    how.form = AttentionForm::kSimple;
+  } else if (attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) {
+    how.form = AttentionForm::kWholeWindow;
+  } else if (choice.kernel == AttentionKernel::kTuned) {
+    switch (choice.compiled_head_dim) {
+      case 64: how.walk_ctas = split_walk_ctas<64>(choice, a); break;
+      case 128: how.walk_ctas = split_walk_ctas<128>(choice, a); break;
+      case 256: how.walk_ctas = split_walk_ctas<256>(choice, a); break;
+      default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
+    }
+    how.form = how.walk_ctas > 0 ? AttentionForm::kWalk : AttentionForm::kSplitKv;
+  } else {
+    how.form = AttentionForm::kGeneric;
+  }
+  return how;
+}
+
+bool AttentionLaunch::combines() const {
+  return form == AttentionForm::kGeneric || form == AttentionForm::kSplitKv || form == AttentionForm::kWalk;
+}
+
+std::string AttentionLaunch::name() const {
+  switch (form) {
+    case AttentionForm::kSimple: return "simple";
+    case AttentionForm::kGeneric: return "generic split-KV";
+    case AttentionForm::kSplitKv: return "tuned split-KV, one CTA per chunk";
+    case AttentionForm::kWalk:
+      return "tuned split-KV, walking over " + std::to_string(walk_ctas) + (walk_ctas == 1 ? " CTA" : " CTAs") +
+             " per kv head and sequence";
+    case AttentionForm::kWholeWindow: return "tuned whole-window";
+  }
+  return "?";
+}
+
 void launch_attention_chunks(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
   if (choice.kernel == AttentionKernel::kTuned && choice.compiled_head_dim != a.head_dim) {
     throw internal_error("attention: kernel built for head_dim " + std::to_string(choice.compiled_head_dim) +
                          " asked to run head_dim " + std::to_string(a.head_dim));
   }
-  if (choice.kernel == AttentionKernel::kSimple) {
-    const int64_t max_keys = static_cast<int64_t>(a.max_chunks) * kAttentionChunk;
-    const size_t smem = attention_simple_smem_bytes(max_keys);
-    if (smem > attention_simple_max_smem_bytes()) {
-      throw unsupported("attention simple: " + std::to_string(max_keys) + " keys do not fit in shared memory");
+  const AttentionLaunch how = attention_launch(choice, a);
+  switch (how.form) {
+    case AttentionForm::kSimple: {
+      const int64_t max_keys = static_cast<int64_t>(a.max_chunks) * kAttentionChunk;
+      const size_t smem = attention_simple_smem_bytes(max_keys);
+      if (smem > attention_simple_max_smem_bytes()) {
+        throw unsupported("attention simple: " + std::to_string(max_keys) + " keys do not fit in shared memory");
+      }
+      const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
+      launch_kernel(DFLASH_KERNEL_SITE("attention_simple_kernel"), attention_simple_kernel, grid, dim3(kSimpleThreads), smem, stream, pdl, a);
+      return;
     }
-    const dim3 grid(static_cast<unsigned>(a.batch * a.block_width), static_cast<unsigned>(a.num_heads));
-    launch_kernel(DFLASH_KERNEL_SITE("attention_simple_kernel"), attention_simple_kernel, grid, dim3(kSimpleThreads), smem, stream, pdl, a);
-  } else if (attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) {
-    switch (choice.compiled_head_dim) {
-      case 64: launch_whole_window<64>(a, stream, pdl); break;
-      case 128: launch_whole_window<128>(a, stream, pdl); break;
-      case 256: launch_whole_window<256>(a, stream, pdl); break;
-      default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
-    }
-  } else if (choice.kernel == AttentionKernel::kTuned) {
-    switch (choice.compiled_head_dim) {
-      case 64: launch_mma<64>(choice, a, stream, pdl); break;
-      case 128: launch_mma<128>(choice, a, stream, pdl); break;
-      case 256: launch_mma<256>(choice, a, stream, pdl); break;
-      default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
-    }
-  } else {
-    launch_generic(a, stream, pdl);
+    case AttentionForm::kWholeWindow:
+      switch (choice.compiled_head_dim) {
+        case 64: launch_whole_window<64>(a, stream, pdl); return;
+        case 128: launch_whole_window<128>(a, stream, pdl); return;
+        case 256: launch_whole_window<256>(a, stream, pdl); return;
+        default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
+      }
+    case AttentionForm::kSplitKv:
+    case AttentionForm::kWalk:
+      switch (choice.compiled_head_dim) {
+        case 64: launch_mma<64>(how.walk_ctas, a, stream, pdl); return;
+        case 128: launch_mma<128>(how.walk_ctas, a, stream, pdl); return;
+        case 256: launch_mma<256>(how.walk_ctas, a, stream, pdl); return;
+        default: throw internal_error("attention: no tuned kernel for head_dim " + std::to_string(choice.compiled_head_dim));
+      }
+    case AttentionForm::kGeneric:
+      launch_generic(a, stream, pdl);
+      return;
   }
 }
 
 void launch_attention_combine(const AttentionChoice& choice, const AttentionArgs& a, cudaStream_t stream, bool pdl) {
-  // No partials to combine.
-  if (choice.kernel == AttentionKernel::kSimple || attention_runs_whole_window(choice, a.batch, a.block_width, a.num_heads, a.num_kv_heads)) return;
+  if (!attention_launch(choice, a).combines()) return;  // no partials to combine
   const int64_t pairs = static_cast<int64_t>(a.batch) * a.block_width * a.num_heads;
   const dim3 grid(static_cast<unsigned>((pairs + kCombineWarps - 1) / kCombineWarps));
   const dim3 block(kCombineWarps * 32);

@@ -7,12 +7,11 @@
 //
 // Kernels, chosen in ONE place (choose_attention_kernel):
 //  - tuned<D>, D in {64, 128, 256}: tensor cores over 64-key chunks, in one of two forms with the
-//    same bits (attention_tiles.cuh): split-KV (one CTA per chunk, kv head and sequence, or
-//    pass_ctas of them sharing the chunk's P·V passes, or a few CTAs per kv head and sequence
-//    walking runs of its chunks where one per chunk would take more than a wave; then a combine
-//    kernel) or whole-window (one
-//    CTA per kv head and sequence walks every chunk and folds them as the combine does: no
-//    partials in memory). The form follows the batch (attention_whole_window). The
+//    same bits (attention_tiles.cuh): split-KV (one CTA per chunk, kv head and sequence, or a
+//    few CTAs per kv head and sequence walking runs of its chunks where one per chunk would take
+//    more than a wave; then a combine kernel) or whole-window (one CTA per kv head and sequence
+//    walks every chunk and folds them as the combine does: no partials in memory). The form
+//    follows the batch (attention_whole_window); attention_launch says which one runs. The
 //    instantiation's compiled head_dim is part of the choice and checked against the config, so a
 //    kernel built for one head_dim cannot run on another.
 //  - generic: split-KV on CUDA cores (one CTA per chunk, kv head, group of 16 query rows and
@@ -43,9 +42,10 @@ constexpr int kAttentionWholeWindowMinWarps = 1024;
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGeneric;
   int compiled_head_dim = 0;  // tuned: the template's D; generic/simple: 0 (runtime)
-  int pass_ctas = 1;          // tuned split-KV: CTAs sharing a chunk's P·V passes (attention_pass_ctas)
-  int walk_ctas = 0;          // tuned split-KV: CTAs per kv head and sequence walking runs of chunks
-                              // (attention_walk_ctas); 0 = auto, -1 = off (one CTA per chunk)
+  int walk_ctas = 0;          // tuned split-KV: CTAs per kv head and sequence walking runs of chunks;
+                              // 0 = auto, -1 = off (one CTA per chunk; the drafter's levers are these
+                              // two), > 0 = that many (the kernel tests walk the runs auto picks at
+                              // other shapes, empty ones included)
   WholeWindow whole_window = WholeWindow::kAuto;  // tuned: the form (attention_whole_window)
   std::string name() const;   // e.g. "tuned-d128 (split-KV; whole-window from 1024 warps)"
 };
@@ -86,10 +86,17 @@ struct AttentionArgs {
   int sm_count = 0;  // the device's SMs (the whole-window form sizes its grid by them; host only)
 };
 
-// The tuned kernel's CTAs per (chunk, kv head, sequence) for a requested count: each computes S and
-// the softmax statistics (the same bits) and every pass_ctas-th 64-column P·V pass; at most
-// head_dim / 64 (one pass each), at least 1. The output's bits do not depend on it.
-int attention_pass_ctas(int requested, int head_dim);
+// What launch_attention_chunks runs for `args` under `choice`: the decision it takes itself, so
+// that a launch plan can report it (the walk count depends on the device's SMs and the walking
+// kernel's occupancy).
+enum class AttentionForm { kSimple, kGeneric, kSplitKv, kWalk, kWholeWindow };
+struct AttentionLaunch {
+  AttentionForm form = AttentionForm::kGeneric;
+  int walk_ctas = 0;       // kWalk: CTAs per kv head and sequence
+  bool combines() const;   // the split-KV forms leave partials for the combine kernel
+  std::string name() const;  // e.g. "tuned split-KV, walking over 6 CTAs per kv head and sequence"
+};
+AttentionLaunch attention_launch(const AttentionChoice& choice, const AttentionArgs& args);
 
 // Floats needed for partial_out / partial_max_sum.
 int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim);

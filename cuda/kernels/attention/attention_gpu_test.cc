@@ -203,21 +203,23 @@ void run_case(const Case& c) {
     }
   }
   if (choice.kernel == AttentionKernel::kTuned) {
-    // The P·V passes shared by 2 or 4 CTAs per chunk, runs of chunks walked by 1, 2, 3 or 16 CTAs
-    // per kv head and sequence (16: empty runs for short windows) and auto, and the whole-window form (the combine's operations in the combine's order, its
-    // own split of the work): every output element comes from the same operations, so the same
-    // bits, guard bands included (checked before the bound).
+    // Runs of chunks walked by 1, 2, 3 or 16 CTAs per kv head and sequence (16: empty runs for
+    // short windows) and auto, and the whole-window form (the combine's operations in the combine's
+    // order, its own split of the work): every output element comes from the same operations, so
+    // the same bits, guard bands included (checked before the bound).
     std::vector<AttentionChoice> same_bits = {forms.back()};
     for (int walk_ctas : {0, 1, 2, 3, 16}) {
       same_bits.push_back(choice);
       same_bits.back().walk_ctas = walk_ctas;
     }
-    for (int pass_ctas : {2, 4}) {
-      if (attention_pass_ctas(pass_ctas, d) != pass_ctas) continue;  // fewer passes than CTAs: runs as fewer
-      same_bits.push_back(choice);
-      same_bits.back().pass_ctas = pass_ctas;
-    }
     for (const AttentionChoice& variant : same_bits) {
+      const AttentionLaunch how = attention_launch(variant, a);  // what the launch plans report
+      if (variant.walk_ctas > 0) {
+        EXPECT_TRUE(how.form == AttentionForm::kWalk && how.walk_ctas == variant.walk_ctas) << how.name();
+      }
+      if (variant.whole_window == WholeWindow::kOn) {
+        EXPECT_TRUE(how.form == AttentionForm::kWholeWindow) << how.name();
+      }
       const std::vector<uint16_t> variant_out = run_kernel(variant);
       size_t differing = 0, first = variant_out.size();
       for (size_t e = 0; e < variant_out.size(); ++e) {

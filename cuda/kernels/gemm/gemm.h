@@ -80,7 +80,7 @@ struct GemmContext {
   size_t cutlass_workspace_bytes = 0;
   float* raw = nullptr;                 // [raw_capacity] fp32 scratch for the fallbacks' accumulators
   size_t raw_capacity = 0;
-  int mma_columns = 0;  // kMma at m <= 16: CTA width 32, 64, 96 or 128 columns; 0 = by shape (gemm_mma_columns)
+  int mma_columns = 0;  // kMma at m <= 16: CTA width 32 or 64 columns; 0 = by shape (gemm_mma_columns)
   int mma_columns_m64 = 0;  // kMma at m > 16 (64-row tiles): CTA width 32 or 64; 0 = by shape (gemm_mma_columns_m64)
   EpilogueKernel epilogue_kernel = EpilogueKernel::kVector;
   int cutlass_tile_rows = 0;  // kCutlass: activation rows per tile, 128 or 256; 0 = by shape (gemm_cutlass_tile_rows)
@@ -89,10 +89,10 @@ struct GemmContext {
 };
 
 // The CTA width the kMma kernel uses for m rows of an [n, *] weight: 32 above m = 16 (where
-// gemm_mma_columns_m64 decides); at m <= 16 the
-// requested width (32 / 64 / 96 / 128, clamped to 64 for bf16 weights), or with requested = 0 the width
-// of 32 and 64 that gives the busiest of `sm_count` SMs the fewest weight rows (ties: 64). The
-// width never changes any element's reduction order (bits are equal).
+// gemm_mma_columns_m64 decides); at m <= 16 the requested width (32 or 64; others are an internal
+// error), or with requested = 0 the width of 32 and 64 that gives the busiest of `sm_count` SMs the
+// fewest weight rows (ties: 64 for E4M3, 32 for bf16 weights). The width never changes any
+// element's reduction order (bits are equal).
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count);
 
 // The activation rows per tile of the kCutlass GEMM for m rows of an [n, *] weight: the requested

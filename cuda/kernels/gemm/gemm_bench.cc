@@ -1,5 +1,5 @@
 // The mma GEMM kernel alone, at the drafter's block-forward shapes (Qwen3-8B-DFlash-b16: q|k|v,
-// o, gate|up, down, lm_head), for each CTA width (32 / 64 / 96 / 128 columns at m <= 16, 32 / 64 above) and weight
+// o, gate|up, down, lm_head), for each CTA width (32 / 64 columns) and weight
 // format: the weight bytes each launch must read over its median time, beside the device-to-device
 // copy bandwidth measured in the same run. It says which width to use for which shape
 // (gemm_mma_columns) and how far each GEMM is from streaming its weights at the copy rate.
@@ -66,7 +66,7 @@ int main_impl(int argc, char** argv) {
   app.add_flag("--hot", hot,
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
                "e.g. after an l2_prefetch");
-  app.add_option("--columns", only_columns, "only this CTA width (32, 64, 96, 128)");
+  app.add_option("--columns", only_columns, "only this CTA width (32, 64)");
   app.add_option("--reps", reps, "timed repetitions of 20 launches per row (for a profiler: 1)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::string why;
@@ -140,10 +140,9 @@ int main_impl(int argc, char** argv) {
       const int64_t element = fp8 ? 1 : 2;
       const int64_t bytes = s.n * s.k * element;
       for (int64_t m : ms) {
-        for (int columns : {32, 64, 96, 128}) {
+        for (int columns : {32, 64}) {
           // m > 16 (64-row tiles): 32 columns, or 64 with E4M3 weights (gemm_cols_m64).
           if (m > 16 && columns != 32 && !(columns == 64 && fp8)) continue;
-          if (!fp8 && columns > 64) continue;
           if (only_columns >= 0 && columns != only_columns) continue;
           GemmContext ctx;
           ctx.stream = stream;

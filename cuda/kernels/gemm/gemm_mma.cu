@@ -1,7 +1,7 @@
 // The weight-only tensor-core GEMM (GemmKernel::kMma) for the drafter's small and medium m.
 //
-// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 or 64 at m > 16,
-// gemm_mma_columns_m64; 32, 64, 96 or 128 at m <= 16, gemm_mma_columns) and MT·16 rows (MT = 1 for
+// Work split. A CTA of 8 warps owns NT·8 output columns (NT n-tiles of 8: 32 or 64, at m > 16
+// gemm_mma_columns_m64, at m <= 16 gemm_mma_columns) and MT·16 rows (MT = 1 for
 // m <= 16, 4 above). The column count changes which CTA computes an element, never the order of
 // its sum. The warps split K: warp w
 // reduces the 64-column k-tiles w, w + 8, w + 16, ... in that order (interleaved, so that the 8
@@ -326,20 +326,10 @@ void launch_deep(cudaStream_t stream, bool pdl, bool solo, int sm_count, const M
                 DeepStages<kFp8, NT, false>::kTotalSmem, stream, pdl, params);
 }
 
-// The m <= 16 launch with the CTA width of `columns` (32, 64, 96 or 128; bf16 weights at most 64).
+// The m <= 16 launch with the CTA width of `columns` (32 or 64).
 template <bool kFp8>
 void launch_small_m(int columns, cudaStream_t stream, bool pdl, int sm_count, const MmaParams& params, int64_t n) {
-  if constexpr (kFp8) {
-    if (columns == 128) {
-      launch_deep<kFp8, 16>(stream, pdl, true, sm_count, params, n);
-      return;
-    }
-    if (columns == 96) {
-      launch_deep<kFp8, 12>(stream, pdl, true, sm_count, params, n);
-      return;
-    }
-  }
-  if (columns >= 64) {
+  if (columns == 64) {
     if (sm_count > 0 && deep_min_blocks(kFp8, 8, false) == 2) {
       // Wave split: 64-column CTAs run two per SM; when their count leaves a last wave of at most
       // one CTA per SM (gate|up on 132 SMs: 384 = 264 + 120), that wave would stream with half
@@ -399,13 +389,12 @@ int gemm_mma_columns_m64(int requested, int64_t m, int64_t n, WeightFormat forma
 
 int gemm_mma_columns(int requested, int64_t m, int64_t n, WeightFormat format, int sm_count) {
   if (m > 16) return 32;
-  const int widest = format == WeightFormat::kE4M3 ? 128 : 64;
-  if (requested > 0) return std::min(requested, widest);
-  // auto, 32 or 64: the SM with the most CTAs sets the time, and it streams (CTAs on it) x (CTA
-  // width) weight rows; take the width with the least. On a tie E4M3 weights take the wider one (it
-  // fetches the activations from L2 half as often), bf16 weights the narrower one (twice the bytes
-  // per row: two CTAs per SM keep more of them in flight). 96 and 128 columns (one CTA per SM) are
-  // levers only (docs/benchmarks.md).
+  if (requested == 32 || requested == 64) return requested;
+  if (requested != 0) throw internal_error("gemm mma: no CTA width of " + std::to_string(requested) + " columns (32, 64)");
+  // The SM with the most CTAs sets the time, and it streams (CTAs on it) x (CTA width) weight rows;
+  // take the width with the least. On a tie E4M3 weights take the wider one (it fetches the
+  // activations from L2 half as often), bf16 weights the narrower one (twice the bytes per row:
+  // two CTAs per SM keep more of them in flight).
   const int64_t sms = sm_count > 0 ? sm_count : 1;
   const bool wider_on_tie = format == WeightFormat::kE4M3;
   int best = 32;
@@ -429,8 +418,6 @@ void prepare_gemm_kernels() {
   prepare_deep<true, 4, true>();
   prepare_deep<true, 8, false>();
   prepare_deep<true, 8, true>();
-  prepare_deep<true, 12, false>();
-  prepare_deep<true, 16, false>();
   prepare_deep<false, 4, false>();
   prepare_deep<false, 4, true>();
   prepare_deep<false, 8, false>();
