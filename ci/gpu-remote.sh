@@ -11,6 +11,8 @@
 #   ci/gpu-remote.sh run [ci/gpu-gate.sh options]
 #     there, from the repository root: unpacks the bundle into build-release/ and build-testing/,
 #     points the CTest files at this checkout, and runs ci/gpu-gate.sh --no-build with the options.
+#   ci/gpu-remote.sh exec COMMAND...
+#     there: the same unpacking, then COMMAND (e.g. one benchmark) with the same environment.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -43,7 +45,8 @@ case "${1:-}" in
     rm -rf "$staging"
     echo "ci/gpu-remote.sh: staged $bundle ($(du -sm .gpu | cut -f1) MiB, $count files)"
     ;;
-  run)
+  run|exec)
+    mode=$1
     shift
     [ -f "$bundle" ] || { echo "error: ci/gpu-remote.sh: no $bundle (ci/gpu-remote.sh stage, then carry .gpu)" >&2; exit 2; }
     unpacked=$(mktemp -d)
@@ -62,10 +65,11 @@ case "${1:-}" in
       lt=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
       [ -n "$lt" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$lt")"
     fi
+    [ "$mode" = exec ] && exec "$@"
     exec ci/gpu-gate.sh --no-build "$@"
     ;;
   *)
-    echo "error: usage: ci/gpu-remote.sh stage | run [ci/gpu-gate.sh options]" >&2
+    echo "error: usage: ci/gpu-remote.sh stage [--no-build] | run [ci/gpu-gate.sh options] | exec COMMAND..." >&2
     exit 2
     ;;
 esac

@@ -22,32 +22,9 @@ using nlohmann::json;
 
 // `steps` proposes of one sequence with the scripted expectations; `broken` corrupts L0.q of the last.
 ReplayResult scripted_result(const std::string& name, int steps, bool broken) {
-  Fixture f;
-  f.name = name;
-  f.expect_precision = "bf16";
-  f.config = scripted_config();
-  f.head.gamma = 4;
-  f.head.ctx_cap = 64;
-  f.head.kv_page_size = 4;
-  for (int step = 0; step < steps; ++step) {
-    ProposeEntry e;
-    e.seq = 0;
-    e.ctx = Tensor::zeros({3, 4});
-    e.start = 3 * (step + 1);
-    e.anchor = step;
-    e.block_width = 4;
-    ExpectedOutputs x;
-    x.logits = scripted_logits(e.anchor, 4);
-    x.draft_tokens = scripted_drafts(e.anchor, 4);
-    for (size_t t = 0; t < scripted_tap_names().size(); ++t) {
-      x.taps.push_back({scripted_tap_names()[t], scripted_tap_tensor(0, e.start, static_cast<int>(t), 4)});
-    }
+  const Fixture f = scripted_fixture(name, steps, [&](int step, ExpectedOutputs& x) {
     if (broken && step == steps - 1) x.taps[1].value.row(0)[1] += 1.0f;
-    e.expect = x;
-    FixtureStep s;
-    s.propose = {e};
-    f.steps.push_back(s);
-  }
+  });
   ScriptedProposer drafter("reference-fp64", f.head);
   return replay_fixture(f, {{&drafter, Precision::kFp64, true}}, {});
 }

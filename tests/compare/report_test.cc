@@ -22,38 +22,6 @@ namespace {
 
 using namespace testing_support;
 
-// One sequence, `steps` proposes with the scripted expectations (taps included); `plant` may
-// corrupt the fixture's expectations of a step.
-Fixture scripted_fixture(const std::string& name, int steps,
-                         const std::function<void(int step, ExpectedOutputs&)>& plant = {}) {
-  Fixture f;
-  f.name = name;
-  f.expect_precision = "bf16";
-  f.config = scripted_config();
-  f.head.gamma = 4;
-  f.head.ctx_cap = 64;
-  f.head.kv_page_size = 4;
-  for (int step = 0; step < steps; ++step) {
-    ProposeEntry e;
-    e.seq = 0;
-    e.ctx = Tensor::zeros({3, 4});
-    e.start = 3 * (step + 1);
-    e.anchor = step;
-    e.block_width = 4;
-    ExpectedOutputs x;
-    x.logits = scripted_logits(e.anchor, 4);
-    x.draft_tokens = scripted_drafts(e.anchor, 4);
-    for (size_t t = 0; t < scripted_tap_names().size(); ++t) {
-      x.taps.push_back({scripted_tap_names()[t], scripted_tap_tensor(0, e.start, static_cast<int>(t), 4)});
-    }
-    if (plant) plant(step, x);
-    e.expect = x;
-    FixtureStep s;
-    s.propose = {e};
-    f.steps.push_back(s);
-  }
-  return f;
-}
 
 // Two proposes, the second's L0.q corrupted in the fixture.
 ReplayResult failing_result() {
