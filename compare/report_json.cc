@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 
+#include "compare/acceptance_json.h"
 #include "core/stages.h"
 #include "core/error.h"
 #include "core/json_file.h"
@@ -199,6 +200,11 @@ json replay_result_to_json(const ReplayResult& result) {
   }
   j["invariant_failures"] = invariants;
   j["first_divergence"] = result.first_divergence ? divergence_to_json(*result.first_divergence) : json(nullptr);
+  j["temperatures"] = result.temperatures;
+  j["acceptance"] = acceptance_json(result);
+  for (size_t i = 0; i < result.pairs.size(); ++i) {
+    j["pairs"][i]["distribution"] = pair_distribution_json(result, static_cast<int>(i));
+  }
   return j;
 }
 
@@ -273,6 +279,7 @@ json read_report_document(const std::string& path) {
         }
       }
     }
+    check_acceptance_fields(r, doc["version"].get<int>(), where);
     if (!r.contains("first_divergence")) throw bad_input(where + ": missing field 'first_divergence'");
     if (!r["first_divergence"].is_null()) {
       require(r["first_divergence"], "text", json::value_t::string, where + ".first_divergence");

@@ -11,7 +11,7 @@
 namespace dflash {
 
 constexpr const char* kReportFormat = "dflash-harness-report";
-constexpr int kReportVersion = 1;
+constexpr int kReportVersion = 2;  // 2: distances and acceptance (compare/acceptance_json.h); 1 still read
 
 // One fixture's replay. Non-finite numbers (an error of NaN, an infinite ratio) are written as null.
 nlohmann::json replay_result_to_json(const ReplayResult& result);

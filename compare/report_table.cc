@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "compare/acceptance_text.h"
 #include "compare/text_format.h"
 
 namespace dflash {
@@ -85,21 +86,24 @@ void print_sequence_walk(std::ostream& out, const ReplayResult& result, const Se
 
 void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results) {
   const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "worst stage (error/bound)",
-                                           "tokens a/e/m", "graph replays", "verdict"};
+                                           "max TV", "tokens a/e/m", "graph replays", "verdict"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayResult& r : results) {
     const std::string steps = std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps);
     if (r.pairs.empty()) {
-      rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
+      rows.push_back(
+          {fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
       continue;
     }
     if (r.passed()) {  // one line: every comparison, the worst stage of any, the tokens summed
       std::string labels, precisions, worst_stage, replays;
       std::set<int> lanes;
+      std::vector<int> all_pairs;
       double worst_ratio = 0;
       int agree = 0, excused = 0, mismatch = 0;
       for (size_t p = 0; p < r.pairs.size(); ++p) {
         const PairTotals t = pair_totals(r, static_cast<int>(p));
+        all_pairs.push_back(static_cast<int>(p));
         labels += (p ? "; " : "") + r.pairs[p].label;
         precisions += (p ? "; " : "") + precisions_of(r, r.pairs[p]);
         if (lanes.insert(r.pairs[p].actual_lane).second) {
@@ -115,6 +119,7 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
       }
       rows.push_back({fixture_label(r), labels, precisions, steps,
                       worst_stage.empty() ? "-" : worst_stage + " " + format_number(worst_ratio),
+                      max_tv_cell(r, all_pairs),
                       std::to_string(agree) + "/" + std::to_string(excused) + "/" + std::to_string(mismatch), replays,
                       "PASS"});
       continue;
@@ -124,6 +129,7 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
       const bool pair_ok = t.failed_sequences == 0;
       rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps,
                       t.worst_stage.empty() ? "-" : t.worst_stage + " " + format_number(t.worst_ratio),
+                      max_tv_cell(r, {static_cast<int>(p)}),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
                       graph_replays(r.proposers[r.pairs[p].actual_lane]), pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
     }
@@ -142,6 +148,7 @@ void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& resu
   for (size_t w : widths) rule.push_back(std::string(w, '-'));
   line(rule);
   for (const auto& row : rows) line(row);
+  print_acceptance_lines(out, results);
 }
 
 void print_levers(std::ostream& out, const ReplayResult& result) {
@@ -223,6 +230,7 @@ void print_result_report(std::ostream& out, const ReplayResult& result) {
     out << "  invariant '" << f.invariant << "' broken after step " << f.step << " by " << f.proposer << ": "
         << f.detail << "\n";
   }
+  print_acceptance_failures(out, result);
 }
 
 bool print_bisect_report(std::ostream& out, const ReplayResult& result, int step, int seq) {

@@ -9,7 +9,8 @@
 
 namespace dflash {
 
-// fixture | comparison | precision | steps | worst stage (error/bound) | tokens agree/excused/mismatch | verdict
+// fixture | comparison | precision | steps | worst stage (error/bound) | max TV | tokens agree/excused/mismatch |
+// graph replays | verdict; then an acceptance line per fixture with a target side (compare/acceptance_text.h)
 // A passing fixture is one line (its comparisons joined by "; ", the worst stage over all of them,
 // the tokens summed); a failing one has a line per comparison.
 void print_replay_table(std::ostream& out, const std::vector<ReplayResult>& results);

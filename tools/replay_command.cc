@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "compare/distribution.h"
 #include "compare/report_json.h"
 #include "compare/report_table.h"
 #include "core/error.h"
@@ -20,6 +21,7 @@ struct ReplayArgs {
   std::string json_path;
   int warmup = 1;
   bool verbose = false;
+  std::vector<double> temperatures;  // of the distribution distances, besides 1
 };
 
 int run_replay(const ReplayArgs& args) {
@@ -29,6 +31,8 @@ int run_replay(const ReplayArgs& args) {
                                                                                  : std::optional<std::string>(args.precision));
   check_backend_runs_here(request.backend, request.precision);
   request.cuda_warmup = args.warmup;
+  distance_temperatures(args.temperatures, "--temperature");  // refused here, once, not per fixture
+  request.options.temperatures = args.temperatures;
 
   Progress progress(std::cout, stdout_is_terminal(), args.verbose);
   std::vector<ReplayResult> results;
@@ -90,6 +94,10 @@ Command add_replay_command(CLI::App& app) {
                   "proposes of that shape replay the graph (overrides DFLASH_CUDA_WARMUP)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--temperature", args->temperatures,
+                  "Temperatures, besides 1, at which to measure the distribution distances of the logits "
+                  "(docs/tolerances.md §10); repeat or separate with ','")
+      ->delimiter(',');
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
   cmd->add_flag("-v,--verbose", args->verbose,
                 "Every setting of each drafter, and progress lines when stdout is not a terminal");
