@@ -79,7 +79,13 @@ BlockAcceptance measure_block(int step, int seq, const TargetSide& target, const
   for (int i = 0; i < block.rows; ++i) {
     block.match.push_back(drafts[static_cast<size_t>(i)] == target.tokens[static_cast<size_t>(i)]);
   }
-  if (draft_logits != nullptr && target.has_distribution() && draft_logits->rows() >= block.rows) {
+  // A drafter's logits of another width (a shape fault, reported by the stage check) give no alpha.
+  bool fits = draft_logits != nullptr && target.has_distribution() && draft_logits->rows() >= block.rows;
+  if (fits && target.logits) fits = draft_logits->cols() == target.logits->cols();
+  if (fits && target.topk_values) {
+    for (int32_t id : target.topk_ids) fits = fits && id < draft_logits->cols();
+  }
+  if (fits) {
     for (int i = 0; i < block.rows; ++i) {
       block.sampling.push_back(sampling_acceptance(target, i, draft_logits->row(i), draft_logits->cols()));
     }

@@ -38,6 +38,10 @@ TEST(Acceptance, SamplingAcceptanceIsOneMinusTotalVariation) {
     EXPECT_NEAR(alpha, 1.0 - tv, 1e-12) << r;
   }
   EXPECT_NEAR(sampling_acceptance(t, 1, draft.row(1), 4), 1.0, 1e-12);  // identical rows
+  // A drafter's logits of another width give no alpha (and read nothing out of bounds).
+  const Tensor wide({2, 5}, std::vector<float>(10, 0.0f));
+  EXPECT_TRUE(measure_block(0, 0, t, {0, 2}, &wide).sampling.empty());
+  EXPECT_EQ(measure_block(0, 0, t, {0, 2}, &draft).sampling.size(), 2u);
 }
 
 TEST(Acceptance, TopKTargetSamplesFromItsKValues) {
