@@ -73,6 +73,20 @@ std::string distribution_plot_html(const json& pair) {
     svg << "<text x=\"" << x + 4 << "\" y=\"" << top + height + 14 << "\">" << p.value("block_row", 0) << "</text>\n";
   }
   svg << "</svg>\n";
+  // Every distance, at every temperature: the largest (and the mean TV) over the sequences and steps.
+  svg << "<table class=\"distances\"><tr><th>T</th><th>block row</th><th>max TV</th><th>mean TV</th>"
+         "<th>max KL(expected&#8214;actual)</th><th>max KL(actual&#8214;expected)</th><th>max top-1 gap</th>"
+         "<th>distance/bound</th><th>of</th></tr>\n";
+  for (const json& p : pair["distribution"]["positions"]) {
+    const bool passed = p.value("passed", false);
+    const json& max = p["max"];
+    svg << "<tr class=\"" << (passed ? "pass" : "fail") << "\"><td>" << cell(p, "temperature") << "</td><td>"
+        << p.value("block_row", 0) << "</td><td>" << cell(max, "tv") << "</td><td>"
+        << (p.contains("mean") ? cell(p["mean"], "tv") : "-") << "</td><td>" << cell(max, "kl_expected_actual")
+        << "</td><td>" << cell(max, "kl_actual_expected") << "</td><td>" << cell(max, "top1_gap") << "</td><td>"
+        << cell(p, "worst_ratio") << "</td><td>" << p.value("count", 0) << "</td></tr>\n";
+  }
+  svg << "</table>\n";
   return svg.str();
 }
 

@@ -9,7 +9,8 @@
 namespace dflash {
 
 // Per block position at T = 1: the largest TV of the pair as a bar, its mean as a tick, the
-// bound of the worst row as a dash (log scale); failing positions red.
+// bound of the worst row as a dash (log scale), failing positions red; then a table of every
+// distance (TV, KL both ways, top-1 gap) per temperature and block row, with its distance/bound.
 std::string distribution_plot_html(const nlohmann::json& pair);
 
 // Per side: mean acceptance length (greedy, and expected under sampling), per-position acceptance

@@ -118,6 +118,10 @@ TEST(ReplayDistances, APlantedLogitFaultBreaksTheBoundsAtItsBlockRow) {
   const std::string html = render_html_report({make_report_document({replay_result_to_json(r)}, {})});
   EXPECT_NE(html.find("class=\"bar fail\" data-block-row=\"2\""), std::string::npos) << html;
   EXPECT_NE(html.find("class=\"bar pass\" data-block-row=\"1\""), std::string::npos) << html;
+  // Every distance per block row, in a table beside the plot: TV, KL both ways, the top-1 gap.
+  EXPECT_NE(html.find("<table class=\"distances\">"), std::string::npos) << html;
+  EXPECT_NE(html.find("max KL(actual&#8214;expected)"), std::string::npos) << html;
+  EXPECT_NE(html.find("max top-1 gap"), std::string::npos) << html;
 }
 
 TEST(ReplayDistances, TemperaturesAreCheckedBeforeAnythingRuns) {
