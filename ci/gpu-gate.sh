@@ -96,7 +96,7 @@ status=0
 note() { echo "$*" | tee -a "$summary"; }
 release=$release_dir/tools/dflash-harness
 testing=$testing_dir/tools/dflash-harness
-fixtures=(fixtures/oracle/*/ fixtures/recorded/*/ fixtures/blind-spots/*/ fixtures/dflash2/*/)
+fixtures=(fixtures/oracle/*/ fixtures/recorded/*/ fixtures/blind-spots/*/ fixtures/dflash2/*/ fixtures/acceptance/*/)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 note "gpu-gate $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 ((gpus > 0)) || { note "FAIL no GPU visible (nvidia-smi -L)"; note "gpu-gate: FAIL"; exit 1; }

@@ -46,13 +46,13 @@ std::optional<ReplayFailure> first_failure(const std::optional<ReplayFailure>& d
 
 std::string format_catch_table(const std::vector<CatchResult>& results) {
   std::ostringstream os;
-  os << "| id | class | caught | by | first stage named | declared | as declared | where |\n";
-  os << "|---|---|---|---|---|---|---|---|\n";
+  os << "| id | class | caught | by | first stage named | declared | as declared | acceptance change | where |\n";
+  os << "|---|---|---|---|---|---|---|---|---|\n";
   for (const CatchResult& r : results) {
     os << "| " << cell(r.bug.id) << " | " << cell(r.bug.bug_class) << " | " << (r.caught ? "yes" : "no") << " | "
        << (r.caught ? catch_check_name(r.check) : "-") << " | " << (r.caught ? cell(r.named) : "-") << " | "
        << catch_check_name(r.bug.declared_check) << " @ " << cell(r.bug.declared_stage) << " | "
-       << (r.as_declared() ? "yes" : "no") << " | " << cell(r.bug.where) << " |\n";
+       << (r.as_declared() ? "yes" : "no") << " | " << cell(r.acceptance) << " | " << cell(r.bug.where) << " |\n";
   }
   return os.str();
 }

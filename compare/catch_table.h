@@ -31,6 +31,9 @@ struct CatchResult {
   CatchCheck check = CatchCheck::kReplay;  // what caught it (meaningful when caught)
   std::string named;                       // the first stage / invariant / property named
   std::string detail;                      // the harness's own words for the failure
+  // The change of the mean acceptance length the bug causes, with the acceptance checks it failed
+  // (docs/catch-rate.md "Acceptance change"), e.g. "-1.77 (2.77 -> 1.00; canary)"; "-" when not measured.
+  std::string acceptance = "-";
 
   // Caught by the declared check, naming the declared stage.
   bool as_declared() const;
@@ -52,7 +55,7 @@ std::optional<ReplayFailure> first_failure(const std::optional<ReplayFailure>& d
                                            const std::vector<ReplayFailure>& invariants);
 
 // A Markdown table, one row per result in the given order:
-// | id | class | caught | by | first stage named | declared | as declared | where |
+// | id | class | caught | by | first stage named | declared | as declared | acceptance change | where |
 std::string format_catch_table(const std::vector<CatchResult>& results);
 
 // "N of M caught as declared".

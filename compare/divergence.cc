@@ -33,7 +33,7 @@ std::string describe_divergence(const Divergence& d) {
   std::string text = "step " + std::to_string(d.step) + ", sequence " + std::to_string(d.seq) +
                      ": first divergence at " + d.stage;
   if (d.layer >= 0) text += " (layer " + std::to_string(d.layer) + ")";
-  if (d.criterion == "shape" || d.criterion == "missing" || d.criterion == "draft-token") {
+  if (d.criterion == "shape" || d.criterion == "missing" || d.criterion == "draft-token" || d.stage == "distribution") {
     text += ": " + d.criterion + ": " + d.detail;
   } else {
     const char* six = "%.6g";

@@ -17,7 +17,9 @@ struct Divergence {
   int layer = -1;              // -1 for stages outside the layers
   int64_t row = -1, col = -1;  // row of the stage's 2-D view, column within it (-1 for shape faults)
   double expected = 0, actual = 0;
-  std::string criterion;       // "non-finite", "rel-rms", "max-rel", "shape", "draft-token", "invariant"
+  // "non-finite", "rel-rms", "max-rel", "shape", "draft-token", "invariant"; at stage "distribution"
+  // (compare/distribution.h) "tv", "kl" or "top1-gap"
+  std::string criterion;
   double value = 0, bound = 0;
   std::string detail;          // free text for shape faults, token rows, invariants
 };

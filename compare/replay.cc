@@ -68,6 +68,7 @@ class Replayer {
       result_.provenance = fixture.manifest["provenance"];
     }
     result_.num_layers = fixture.config.num_layers;
+    result_.temperatures = distance_temperatures(options.temperatures, "temperature");
     result_.total_steps = static_cast<int>(fixture.steps.size());
     bool fp8 = fixture.expect_precision == "fp8";
     for (const ReplayLane& lane : lanes_) {
@@ -121,6 +122,9 @@ class Replayer {
       if (options_.on_step) options_.on_step(step + 1, last + 1);
     }
     result_.first_divergence = earliest_divergence(result_);
+    std::vector<std::pair<int, int>> comparisons;
+    for (const PairSummary& pair : result_.pairs) comparisons.emplace_back(pair.expected_lane, pair.actual_lane);
+    result_.acceptance = acceptance_.finish(fixture_.acceptance, comparisons);
     return std::move(result_);
   }
 
@@ -193,6 +197,26 @@ class Replayer {
     for (size_t i = 0; i < lanes_.size(); ++i) check_outputs(step, static_cast<int>(i), entries, outputs[i], requested);
     for (size_t p = 0; p < result_.pairs.size(); ++p) {
       for (const ProposeEntry& entry : entries) compare_pair(step, static_cast<int>(p), entry, outputs);
+    }
+    record_acceptance(step, entries, outputs);
+  }
+
+  // Each side's draft tokens against the target's side (compare/acceptance.h): the fixture's own
+  // and every drafter's.
+  void record_acceptance(int step, const std::vector<ProposeEntry>& entries,
+                         const std::vector<std::vector<ProposeOutput>>& outputs) {
+    for (const ProposeEntry& entry : entries) {
+      if (!entry.target) continue;
+      if (entry.expect && entry.expect->draft_tokens) {
+        acceptance_.add(-1, "fixture", step, entry.seq, *entry.target, *entry.expect->draft_tokens,
+                        entry.expect->logits ? &*entry.expect->logits : nullptr);
+      }
+      for (size_t i = 0; i < lanes_.size(); ++i) {
+        const ProposeOutput* output = find_output(outputs[i], entry.seq);
+        if (output == nullptr) continue;
+        acceptance_.add(static_cast<int>(i), lanes_[i].proposer->name(), step, entry.seq, *entry.target,
+                        output->draft_tokens, &output->logits);
+      }
     }
   }
 
@@ -321,11 +345,18 @@ class Replayer {
       check(tap->name, tap->value, got ? &got->value : nullptr);
     }
     if (expected.logits != nullptr) check("logits", *expected.logits, &actual->logits);
+    if (expected.logits != nullptr && expected.logits->shape == actual->logits.shape) {
+      const double max_rel = stage_bound(pair.tolerance, paths.at("logits"), expected.logits->cols()).max_rel;
+      seq_result.distances = check_distances(*expected.logits, actual->logits, max_rel, result_.temperatures);
+    }
     std::stable_sort(seq_result.stages.begin(), seq_result.stages.end(),
                      [](const StageCheck& a, const StageCheck& b) { return a.order < b.order; });
     seq_result.divergence = first_divergence(seq_result.stages, num_layers);
 
     if (expected.draft_tokens != nullptr) compare_tokens(pair, expected, *actual, paths, &seq_result);
+    if (!seq_result.divergence && seq_result.distances) {
+      seq_result.divergence = distance_divergence(*seq_result.distances);
+    }
     if (seq_result.divergence) {
       seq_result.divergence->pair = pair.label;
       seq_result.divergence->step = step;
@@ -406,6 +437,7 @@ class Replayer {
   std::set<int> added_;
   ContextRows ctx_rows_;                  // every context row fed, by (sequence, position)
   std::vector<TolerancePair> kv_pairs_;  // per lane: its recomputed K/V vs its stored K/V
+  AcceptanceTally acceptance_;
 };
 
 }  // namespace
@@ -414,11 +446,11 @@ bool SequenceResult::passed() const {
   for (const StageCheck& stage : stages) {
     if (!stage.passed) return false;
   }
-  return problems.empty() && (!tokens || tokens->mismatch == 0);
+  return problems.empty() && (!tokens || tokens->mismatch == 0) && (!distances || distances->passed);
 }
 
 bool ReplayResult::passed() const {
-  if (!invariant_failures.empty()) return false;
+  if (!invariant_failures.empty() || !acceptance.failures.empty()) return false;
   for (const SequenceResult& seq : sequences) {
     if (!seq.passed()) return false;
   }

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compare/acceptance.h"
+#include "compare/distribution.h"
 #include "compare/divergence.h"
 #include "compare/stage_check.h"
 #include "compare/tokens.h"
@@ -42,6 +44,8 @@ struct ReplayOptions {
   int last_step = -1;  // stop after this step (bisection); -1 = all steps
   // Called after each step with (steps done, total steps), for progress display.
   std::function<void(int, int)> on_step;
+  // Temperatures of the distribution distances besides T = 1 (compare/distribution.h).
+  std::vector<double> temperatures;
 };
 
 // One comparison (fixture vs lane, or lane vs lane).
@@ -61,6 +65,7 @@ struct SequenceResult {
   std::optional<TokenCheck> tokens;
   std::vector<std::string> problems;  // faults that are not numeric (a tap the drafter did not give)
   std::optional<Divergence> divergence;  // first failing check in forward order
+  std::optional<DistanceCheck> distances;  // both sides' logits as distributions, per row and temperature
   bool passed() const;
 };
 
@@ -101,6 +106,8 @@ struct ReplayResult {
   std::vector<StepPath> paths;  // per propose step and drafter, in step order
   // The earliest failure: first step with one, then forward stage order, then batch order.
   std::optional<Divergence> first_divergence;
+  std::vector<double> temperatures;  // of the distances: 1, then ReplayOptions::temperatures
+  AcceptanceReport acceptance;       // from the fixture's target side, when it has one
 
   bool passed() const;
 };

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compare/acceptance_html.h"
 #include "compare/run_tally.h"
 #include "compare/text_format.h"
 
@@ -222,6 +223,7 @@ void render_result(std::ostringstream& html, const json& r, int index) {
          << " tie-excused, " << tokens.value("mismatch", 0) << " mismatch</p>\n";
     html << stage_plot(pair, label == first_pair ? first_stage : std::string());
     html << step_stage_heat_map(r, pair_index++);
+    html << distribution_plot_html(pair);
     html << "<table><tr><th>stage</th><th>error/bound</th><th>rel RMS</th><th>bound</th><th>max rel</th>"
             "<th>bound</th><th>worst at step/seq</th></tr>\n";
     for (const json& s : pair["stages"]) {
@@ -235,6 +237,7 @@ void render_result(std::ostringstream& html, const json& r, int index) {
     html << "</table>\n";
   }
 
+  html << acceptance_section_html(r);
   if (!r["invariant_failures"].empty()) {
     html << "<h3>Invariant failures</h3>\n<ul>\n";
     for (const json& f : r["invariant_failures"]) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 
+#include "compare/acceptance_json.h"
 #include "core/stages.h"
 #include "core/error.h"
 #include "core/json_file.h"
@@ -206,6 +207,11 @@ json replay_result_to_json(const ReplayResult& result) {
   }
   j["invariant_failures"] = invariants;
   j["first_divergence"] = result.first_divergence ? divergence_to_json(*result.first_divergence) : json(nullptr);
+  j["temperatures"] = result.temperatures;
+  j["acceptance"] = acceptance_json(result);
+  for (size_t i = 0; i < result.pairs.size(); ++i) {
+    j["pairs"][i]["distribution"] = pair_distribution_json(result, static_cast<int>(i));
+  }
   return j;
 }
 
@@ -248,6 +254,17 @@ bool recomputed_pass(const json& result) {
     }
     if (!seq.value("problems", json::array()).empty()) return false;
     if (seq.contains("tokens") && seq["tokens"].value("mismatch", 0) != 0) return false;
+  }
+  // Version 2: a pair's distances over their bounds, a failed acceptance test or canary.
+  for (const json& pair : result.value("pairs", json::array())) {
+    if (pair.contains("distribution") && pair["distribution"].is_object() &&
+        !pair["distribution"].value("passed", true)) {
+      return false;
+    }
+  }
+  if (result.contains("acceptance") && result["acceptance"].is_object() &&
+      !result["acceptance"].value("failures", json::array()).empty()) {
+    return false;
   }
   return true;
 }
@@ -317,7 +334,7 @@ json read_report_document(const std::string& path) {
                     std::to_string(kReportVersion) + ")");
   }
   if (version < 1) throw bad_input(path + ": report version " + std::to_string(version) + " does not exist (1 or 2)");
-  if (version >= 2) check_run(doc, path);
+  if (version >= kReportVersionWithRunAndAcceptance) check_run(doc, path);
   require(doc, "results", json::value_t::array, path);
   require(doc, "errors", json::value_t::array, path);
   for (size_t i = 0; i < doc["results"].size(); ++i) {
@@ -369,12 +386,14 @@ json read_report_document(const std::string& path) {
         }
       }
     }
-    if (version >= 2) check_index(r, doc["run"], "path", where);
+    if (version >= kReportVersionWithRunAndAcceptance) check_index(r, doc["run"], "path", where);
+    check_acceptance_fields(r, static_cast<int>(version), where);
     const std::string verdict = r["verdict"].get<std::string>();
     if (verdict != "pass" && verdict != "fail") throw bad_input(where + ": field 'verdict' is '" + verdict + "', not pass or fail");
     if ((verdict == "pass") != recomputed_pass(r)) {
       throw bad_input(where + " (" + r["fixture"].get<std::string>() + "): field 'verdict' is '" + verdict +
-                      "', but its sequences and invariant failures say '" + (recomputed_pass(r) ? "pass" : "fail") + "'");
+                      "', but its sequences, invariant failures, distances and acceptance say '" +
+                      (recomputed_pass(r) ? "pass" : "fail") + "'");
     }
     if (!r.contains("first_divergence")) throw bad_input(where + ": missing field 'first_divergence'");
     if (!r["first_divergence"].is_null()) {
@@ -395,7 +414,7 @@ json read_report_document(const std::string& path) {
     if (code != kExitBadInput && code != kExitInternal && code != kExitCannotRun) {
       throw bad_input(where + ": field 'exit_code' is " + std::to_string(code) + ", not 2, 3 or 125");
     }
-    if (version >= 2) check_index(e, doc["run"], "fixture", where);
+    if (version >= kReportVersionWithRunAndAcceptance) check_index(e, doc["run"], "fixture", where);
   }
   return doc;
 }

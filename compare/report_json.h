@@ -11,9 +11,13 @@
 namespace dflash {
 
 constexpr const char* kReportFormat = "dflash-harness-report";
-// 2 added "run" (backend, precision, every fixture, the shard) and each entry's "index" and "path";
-// version 1 stays readable (an unsharded run without the "run" object).
+// Version 2 added, over version 1: "run" (backend, precision, every fixture, the shard), each
+// entry's "index" and "path", pairs[i].first_divergence, and the distances and acceptance (result
+// "temperatures" and "acceptance", pairs[i].distribution; compare/acceptance_json.h). Version 1
+// stays readable: an unsharded run without any of them.
 constexpr int kReportVersion = 2;
+// The version from which a reader requires the fields version 2 added.
+constexpr int kReportVersionWithRunAndAcceptance = 2;
 
 // What one `replay` was asked to do (the "run" object): the shards of one run agree on all but
 // `shard`.
@@ -33,8 +37,8 @@ nlohmann::json make_report_document(const ReportRun& run, const std::vector<Fixt
 void write_report_document(const std::string& path, const nlohmann::json& document);
 
 // Reads a report document (version 1 or 2), checking the fields the HTML writer, the merge and the
-// tally rely on, and that each verdict is what its sequences and invariant failures say; kBadInput
-// naming the file and field on any defect.
+// tally rely on, and that each verdict is what its sequences, invariant failures, distances and
+// acceptance say (recomputed_pass); kBadInput naming the file and field on any defect.
 nlohmann::json read_report_document(const std::string& path);
 
 // Whether a result passes, recomputed from its fields: every sequence's stages passed, no problem,

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "compare/acceptance_text.h"
 #include "compare/text_format.h"
 
 namespace dflash {
@@ -100,25 +101,28 @@ std::string stage_cell(const PairTotals& t) {
 
 void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& outcomes) {
   const std::vector<std::string> header = {"fixture", "backend (comparison)", "precision", "steps", "stage (error/bound)",
-                                           "tokens a/e/m", "graph replays", "verdict"};
+                                           "max TV", "tokens a/e/m", "graph replays", "verdict"};
   std::vector<std::vector<std::string>> rows;
   for (const FixtureOutcome& outcome : outcomes) {
     if (!outcome.result) {
-      rows.push_back({outcome.path, "-", "-", "-", "-", "-", "-", "could not run: " + outcome.error});
+      rows.push_back({outcome.path, "-", "-", "-", "-", "-", "-", "-", "could not run: " + outcome.error});
       continue;
     }
     const ReplayResult& r = *outcome.result;
     const std::string steps = std::to_string(r.steps_run) + "/" + std::to_string(r.total_steps);
     if (r.pairs.empty()) {
-      rows.push_back({fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
+      rows.push_back(
+          {fixture_label(r), "(nothing compared)", "-", steps, "-", "-", "-", "-", r.passed() ? "PASS" : "FAIL"});
       continue;
     }
     if (r.passed()) {  // one line: every comparison, the worst stage of any, the tokens summed
       std::string labels, precisions, replays;
       std::set<int> lanes;
       PairTotals worst;
+      std::vector<int> all_pairs;
       for (size_t p = 0; p < r.pairs.size(); ++p) {
         const PairTotals t = pair_totals(r, static_cast<int>(p));
+        all_pairs.push_back(static_cast<int>(p));
         labels += (p ? "; " : "") + r.pairs[p].label;
         precisions += (p ? "; " : "") + precisions_of(r, r.pairs[p]);
         if (lanes.insert(r.pairs[p].actual_lane).second) {
@@ -132,7 +136,7 @@ void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& ou
         worst.excused += t.excused;
         worst.mismatch += t.mismatch;
       }
-      rows.push_back({fixture_label(r), labels, precisions, steps, stage_cell(worst),
+      rows.push_back({fixture_label(r), labels, precisions, steps, stage_cell(worst), max_tv_cell(r, all_pairs),
                       std::to_string(worst.agree) + "/" + std::to_string(worst.excused) + "/" +
                           std::to_string(worst.mismatch),
                       replays, "PASS"});
@@ -142,8 +146,10 @@ void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& ou
       const PairTotals t = pair_totals(r, static_cast<int>(p));
       const bool pair_ok = t.failed_sequences == 0;
       rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps, stage_cell(t),
+                      max_tv_cell(r, {static_cast<int>(p)}),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
-                      graph_replays(r.proposers[r.pairs[p].actual_lane]), pair_ok && r.invariant_failures.empty() ? "PASS" : "FAIL"});
+                      graph_replays(r.proposers[r.pairs[p].actual_lane]),
+                      pair_ok && r.invariant_failures.empty() && r.acceptance.failures.empty() ? "PASS" : "FAIL"});
     }
   }
   std::vector<size_t> widths(header.size());
@@ -160,6 +166,7 @@ void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& ou
   for (size_t w : widths) rule.push_back(std::string(w, '-'));
   line(rule);
   for (const auto& row : rows) line(row);
+  print_acceptance_lines(out, outcomes);
 }
 
 void print_levers(std::ostream& out, const ReplayResult& result) {
@@ -243,6 +250,7 @@ void print_result_report(std::ostream& out, const ReplayResult& result) {
     out << "  invariant '" << f.invariant << "' broken after step " << f.step << " by " << f.proposer << ": "
         << f.detail << "\n";
   }
+  print_acceptance_failures(out, result);
 }
 
 bool print_bisect_report(std::ostream& out, const ReplayResult& result, int step, int seq) {

@@ -9,10 +9,11 @@
 
 namespace dflash {
 
-// fixture | comparison | precision | steps | stage (error/bound) | tokens agree/excused/mismatch |
-// graph replays | verdict, a row for every fixture in the order given. A passing fixture is one
-// line (its comparisons joined by "; ", the worst stage over all of them, the tokens summed); a
-// failing one has a line per comparison, whose stage is its first divergence (forward order,
+// fixture | comparison | precision | steps | stage (error/bound) | max TV | tokens
+// agree/excused/mismatch | graph replays | verdict, a row for every fixture in the order given; then
+// an acceptance line per fixture with a target side (compare/acceptance_text.h). A passing fixture
+// is one line (its comparisons joined by "; ", the worst stage over all of them, the tokens summed);
+// a failing one has a line per comparison, whose stage is its first divergence (forward order,
 // earliest step), not its worst; a fixture that could not run is one line "could not run: WHY".
 void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& outcomes);
 

@@ -64,10 +64,18 @@ Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, c
 
 #ifdef DFLASH_FAULT_POINTS
 template <typename T>
-void Linear<T>::plant_fault(Fp8Fault fault) {
+void Linear<T>::plant_fault(Fp8Fault fault, bool lm_head) {
   if (!quantized()) return;
   switch (fault) {
     case Fp8Fault::kNone: return;
+    case Fp8Fault::kQuantizedDrafter: {
+      if (!lm_head) return;
+      constexpr float kStaleScale = 0x1p20f;  // the calibration scale, 2^20 times too large
+      for (T& w : owned_) {
+        w = static_cast<T>(e4m3_to_float(float_to_e4m3_satfinite(static_cast<float>(w) / kStaleScale)) * kStaleScale);
+      }
+      return;
+    }
     case Fp8Fault::kNeighbourRowScale:
       std::rotate(scale_.begin(), scale_.begin() + 1, scale_.end());  // row n gets row n+1's scale
       return;

@@ -45,7 +45,8 @@ class Linear {
 
 #ifdef DFLASH_FAULT_POINTS
   // Plants an fp8 GEMM bug (testing/reference_faults.h) in the quantized weights: negative controls.
-  void plant_fault(Fp8Fault fault);
+  // kQuantizedDrafter is a fault of the head alone: planted only where `lm_head` is true.
+  void plant_fault(Fp8Fault fault, bool lm_head = false);
 #endif
 
  private:

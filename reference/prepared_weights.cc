@@ -27,19 +27,20 @@ void check_finite(const Tensor& t, const std::string& name) {
 // GEMM bug).
 template <typename T>
 Linear<T> projection(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
-                     ThreadPool& pool, const StagePolicy& policy) {
+                     ThreadPool& pool, const StagePolicy& policy, bool lm_head = false) {
   Linear<T> linear(weight, bias, quantize_fp8, name, pool);
 #ifdef DFLASH_FAULT_POINTS
-  linear.plant_fault(policy.fp8_fault);
+  linear.plant_fault(policy.fp8_fault, lm_head);
 #else
   (void)policy;
+  (void)lm_head;
 #endif
   return linear;
 }
 
 template <typename T>
 Linear<T> make_lm_head(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool) {
-  if (!w.nvfp4_head()) return projection<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy);
+  if (!w.nvfp4_head()) return projection<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy, true);
   const NvFp4Weight& q = w.lm_head_nvfp4;
   std::vector<T> values(static_cast<size_t>(q.rows * q.cols));
   constexpr int64_t kRowsPerTask = 1024;

@@ -31,9 +31,14 @@ enum class Fp8Fault {
   kNone,
   kNeighbourRowScale,  // output row n is scaled by row n+1's scale (the last row by row 0's)
   kSkippedKTile,       // the last 64-wide K tile of every weight row is left out of the dot product
+  // A quantized drafter whose lm_head went through a second, per-tensor E4M3 quantization with a
+  // calibration scale 2^20 times too large (a stale scale from another tensor): every head weight
+  // rounds to zero, every logit is 0, and every draft token is token 0 (the lowest index of the tie).
+  // The other GEMMs are untouched: the drafter runs, with no error, and its acceptance collapses.
+  kQuantizedDrafter,
 };
 
-// "neighbour-row-scale", "skipped-k-tile"; "" for kNone.
+// "neighbour-row-scale", "skipped-k-tile", "quantized-drafter"; "" for kNone.
 const char* fp8_fault_name(Fp8Fault fault);
 
 // A DFlash2 bug planted in the reference, for the negative controls of the DFlash2 oracle replay
@@ -53,6 +58,7 @@ inline const char* fp8_fault_name(Fp8Fault fault) {
     case Fp8Fault::kNone: return "";
     case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
     case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
+    case Fp8Fault::kQuantizedDrafter: return "quantized-drafter";
   }
   return "";
 }

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "fixtures/known_acceptance.h"
 #include "fixtures/synthetic.h"
 #include "tools/commands.h"
 
@@ -13,9 +14,22 @@ struct MakeFixtureArgs {
   std::string out_dir;
   std::string context_rows;
   SyntheticOptions options;
+  KnownAcceptanceOptions known{""};  // kind set by --known-acceptance: fixtures/known_acceptance.h instead
 };
 
 int run_make_fixture(MakeFixtureArgs& args) {
+  if (!args.known.kind.empty()) {
+    KnownAcceptanceOptions& k = args.known;
+    k.seed = args.options.seed;
+    k.geometry = args.options.geometry;
+    k.max_batch = args.options.max_batch;
+    k.name = args.options.name;
+    std::cout << "seed " << k.seed << "\n" << std::flush;
+    make_known_acceptance_fixture(args.out_dir, k);
+    std::cout << "wrote a " << k.kind << " fixture (" << k.geometry << ", " << k.blocks << " blocks) to "
+              << args.out_dir << " (seed " << k.seed << ")\n";
+    return kExitPass;
+  }
   if (!args.context_rows.empty()) args.options.context_rows = parse_context_rows(args.context_rows);
   const SyntheticOptions& o = args.options;
   std::cout << "seed " << o.seed << "\n" << std::flush;
@@ -63,6 +77,16 @@ Command add_make_fixture_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "none"}))
       ->capture_default_str();
   cmd->add_option("--name", o.name, "Fixture name (default: <geometry>-seed<seed>)");
+  cmd->add_option("--known-acceptance", args->known.kind,
+                  "Instead: a fixture whose acceptance is known by construction, with a target side and a pinned "
+                  "acceptance (fixtures/acceptance/README.md); uses --seed, --geometry, --max-batch, --name")
+      ->check(CLI::IsMember(known_acceptance_kinds()));
+  cmd->add_option("--blocks", args->known.blocks, "--known-acceptance: proposes, one sequence each")
+      ->capture_default_str();
+  cmd->add_option("--match-rate", args->known.match_rate,
+                  "--known-acceptance controlled-distance: the mean probability that the target's token is the "
+                  "reference's draft token")
+      ->capture_default_str();
   return {cmd, [args] { return run_make_fixture(*args); }};
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "compare/distribution.h"
 #include "compare/report_html.h"
 #include "compare/report_json.h"
 #include "compare/report_table.h"
@@ -26,6 +27,7 @@ struct ReplayArgs {
   std::string json_path, html_path, shard;
   int warmup = 1;
   bool verbose = false;
+  std::vector<double> temperatures;  // of the distribution distances, besides 1
 };
 
 void write_text_file(const std::string& path, const std::string& text) {
@@ -43,6 +45,8 @@ int run_replay(const ReplayArgs& args) {
                                                                                  : std::optional<std::string>(args.precision));
   check_backend_runs_here(request.backend, request.precision);
   request.cuda_warmup = args.warmup;
+  distance_temperatures(args.temperatures, "--temperature");  // refused here, once, not per fixture
+  request.options.temperatures = args.temperatures;
 
   ReportRun run{args.backend, precision_name(request.precision), args.fixtures, 0, 0};
   std::vector<size_t> mine;  // positions in args.fixtures of the fixtures this run replays
@@ -126,6 +130,10 @@ Command add_replay_command(CLI::App& app) {
                   "proposes of that shape replay the graph (overrides DFLASH_CUDA_WARMUP)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--temperature", args->temperatures,
+                  "Temperatures, besides 1, at which to measure the distribution distances of the logits "
+                  "(docs/tolerances.md §10); repeat or separate with ','")
+      ->delimiter(',');
   cmd->add_option("--json", args->json_path, "Also write the structured report (docs/report-format.md) here");
   cmd->add_option("--html", args->html_path, "Also write the HTML report (as `report` renders it) here");
   cmd->add_option("--shard", args->shard,

@@ -20,6 +20,7 @@ from .safetensors_io import read_safetensors
 from .scenario import load_hidden, run_scenario
 from .sglang_import import import_sglang
 from .stages import tap_order
+from .target_side import ModuleTarget, TokenTarget, load_target_tokens
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -37,7 +38,8 @@ def _widths(text):
 def _parser():
     p = argparse.ArgumentParser(prog="dflash-capture", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("record", help="record a PyTorch drafter into a fixture (format v1)")
+    r = sub.add_parser("record", help="record a PyTorch drafter into a fixture (format v1; v2 with the target's "
+                                      "side)")
     r.add_argument("--model-file", required=True, help="Python file defining the drafter class")
     r.add_argument("--class", dest="class_name", required=True, help="the drafter class (an nn.Module)")
     r.add_argument("--checkpoint", required=True, help="drafter checkpoint directory (Hugging Face layout)")
@@ -60,6 +62,16 @@ def _parser():
     r.add_argument("--hidden", help="safetensors of real target hidden states [N, nT·Ht] (default: seeded random)")
     r.add_argument("--name", help="fixture name (default the output folder's name)")
     r.add_argument("--description", default="", help="fixture description")
+    t = r.add_argument_group("the target's side (fixture format v2; docs/acceptance.md)")
+    t.add_argument("--target-tokens", help="safetensors of the target's token at each position [N] (shared by every "
+                                           "sequence, as --hidden): anchors and block-position tokens come from it")
+    t.add_argument("--target-model-file", help="Python file defining a target module: forward(input_ids [1, N]) -> "
+                                               "logits [1, N, V], run teacher-forced on its own greedy continuation")
+    t.add_argument("--target-class", help="the target module's class (with --target-model-file)")
+    t.add_argument("--target-checkpoint", help="the target module's checkpoint directory (Hugging Face layout)")
+    t.add_argument("--target-topk", type=int, default=8, help="target logits kept per position (default 8)")
+    t.add_argument("--target-prompt", type=int, default=4,
+                   help="seeded random prompt tokens the target continues, per sequence (default 4)")
     imp = sub.add_parser("import", help="turn an engine's dumps of a run into a fixture (format v1)")
     kinds = imp.add_subparsers(dest="kind", required=True)
     sglang = kinds.add_parser("sglang", help="the files of SGLang's dumper (python/sglang/srt/debug_utils/dumper.py)")
@@ -107,19 +119,43 @@ def record(args):
                         max_batch=max(args.batch, 1), kv_page_size=args.page_size, progress=_progress(args.steps))
     widths = args.widths or [recorder.facts.block_size]
     hidden = load_hidden(args.hidden, recorder.facts.ctx_features) if args.hidden else None
+    target = _target(args, recorder.facts.vocab_size, dtype)
     print(f"record: seed {args.seed}, {args.dtype} on {args.device}, {args.batch} sequence(s) x {args.steps} "
           f"proposes from position {args.positions_from}", file=sys.stderr)
     run_scenario(recorder, seed=args.seed, prompt=args.prompt, steps=args.steps, batch=args.batch,
                  positions_from=args.positions_from, widths=widths, hidden=hidden,
-                 hidden_path=args.hidden)
+                 hidden_path=args.hidden, target=target)
     provenance = {"seed": args.seed, "dtype": args.dtype, "device": args.device,
                   "model": f"{os.path.basename(args.model_file)}:{args.class_name}",
                   "context_rows": args.hidden or "seeded random, bf16-valued"}
+    if args.target_tokens:
+        provenance["target"] = {"tokens": args.target_tokens}
+    elif target is not None:
+        provenance["target"] = {"model": f"{os.path.basename(args.target_model_file)}:{args.target_class}",
+                                "checkpoint": args.target_checkpoint, "topk": args.target_topk,
+                                "prompt": args.target_prompt, "teacher_forced": "its own greedy continuation"}
     name = args.name or os.path.basename(os.path.normpath(args.out))
     for warning in recorder.save(args.out, name, args.description, provenance):
         print(f"record: warning: {warning}", file=sys.stderr)
     print(f"record: wrote {args.out} ({len(recorder.steps)} steps, expect_precision "
           f"{PRECISIONS[recorder.dtype]})")
+
+
+def _target(args, vocab_size, dtype):
+    """The target's side the options ask for (target_side.py), or None."""
+    module = (args.target_model_file, args.target_class, args.target_checkpoint)
+    if args.target_tokens and any(module):
+        raise CaptureError("--target-tokens and --target-model-file are two sources of the target's side; give one")
+    if args.target_tokens:
+        return TokenTarget(load_target_tokens(args.target_tokens, vocab_size), args.target_tokens)
+    if not any(module):
+        return None
+    if not all(module):
+        raise CaptureError("a target module needs --target-model-file, --target-class and --target-checkpoint")
+    cls = import_class(args.target_model_file, args.target_class)
+    model, _ = load_drafter(cls, args.target_checkpoint, dtype, torch.device(args.device))  # any module class
+    generator = torch.Generator().manual_seed(args.seed + 1)  # apart from the scenario's stream
+    return ModuleTarget(model, vocab_size, generator, prompt=args.target_prompt, topk=args.target_topk)
 
 
 def import_dump(args):
@@ -187,6 +223,9 @@ def inspect(args):
             if "draft_tokens" in expect:
                 parts.append("drafts " + str(trace[expect["draft_tokens"]].tolist()))
             parts.append(f"{len(expect.get('taps', {}))} taps")
+            if "target" in e:
+                parts.append("target " + str(trace[e["target"]["tokens"]].tolist())
+                             + (f", top-{describe(e['target']['topk']['values'])}" if "topk" in e["target"] else ""))
             print(f"step {i:3d} propose " + ", ".join(parts))
     print(f"trace     {len(trace)} tensors in {trace_file}")
 

@@ -7,6 +7,7 @@ from .errors import CaptureError
 from .fixture_writer import write_fixture
 from .stages import tap_order
 from .storage import exact_storage
+from .target_side import check_side
 
 
 def target_tensors(embed_tokens, lm_head):
@@ -87,8 +88,11 @@ class FixtureSteps:
 
     def add_propose(self, entries, expectations):
         """Appends a propose checked by check_propose. expectations[i] holds entry i's expected
-        "logits" [B-1, V], "draft_tokens" [B-1] and "taps" {tap: rows}; any may be absent."""
+        "logits" [B-1, V], "draft_tokens" [B-1] and "taps" {tap: rows}; any may be absent. An entry's
+        "target" (target_side.py: "tokens" [B-1], optional "topk_values" and "topk_ids" [B-1, k]) is
+        its target side (fixture format v2)."""
         step_index = self.step_index
+        B = self.facts.clamp_width(entries[0]["block_width"], self.head["gamma"]) if entries else 0
         step = []
         for e, expect in zip(entries, expectations):
             seq = e["seq"]
@@ -111,9 +115,22 @@ class FixtureSteps:
                 self.trace[name] = taps[tap].detach().float().cpu().contiguous()
                 tap_names[tap] = name
             names["taps"] = tap_names
-            step.append({"seq": seq, "ctx": ctx_name, "start": e["start"], "anchor": e["anchor"],
-                         "block_width": e["block_width"], "expect": names})
+            entry = {"seq": seq, "ctx": ctx_name, "start": e["start"], "anchor": e["anchor"],
+                     "block_width": e["block_width"], "expect": names}
+            if e.get("target") is not None:
+                entry["target"] = self._add_target(e["target"], prefix, B, f"step {step_index}, seq {seq}")
+            step.append(entry)
         self.steps.append({"propose": step})
+
+    def _add_target(self, side, prefix, B, where):
+        check_side(side, B, self.facts.vocab_size, where)
+        names = {"tokens": prefix + "target.tokens"}
+        self.trace[names["tokens"]] = side["tokens"].detach().to(torch.int32).cpu().contiguous()
+        if side.get("topk_values") is not None:
+            names["topk"] = {"values": prefix + "target.topk_values", "ids": prefix + "target.topk_ids"}
+            self.trace[names["topk"]["values"]] = side["topk_values"].detach().float().cpu().contiguous()
+            self.trace[names["topk"]["ids"]] = side["topk_ids"].detach().to(torch.int32).cpu().contiguous()
+        return names
 
     def release(self, seqs):
         """Frees the listed sequences (a release step)."""

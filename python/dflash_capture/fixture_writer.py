@@ -1,4 +1,4 @@
-"""Writes fixture format v1 (docs/spec/fixture-format.md): fixture.json, drafter/config.json,
+"""Writes fixture format v1, or v2 when a propose carries the target's side (docs/spec/fixture-format.md): fixture.json, drafter/config.json,
 drafter/model.safetensors, target.safetensors and trace.safetensors."""
 import json
 import os
@@ -8,6 +8,7 @@ from .safetensors_io import write_safetensors
 
 FORMAT_NAME = "dflash-fixture"
 FORMAT_VERSION = 1
+TARGET_SIDE_VERSION = 2  # the version that adds the target's side
 
 
 def write_fixture(out_dir, *, name, description, provenance, config, drafter_tensors, target_tensors, head,
@@ -15,12 +16,18 @@ def write_fixture(out_dir, *, name, description, provenance, config, drafter_ten
     """One fixture directory. `steps` are the manifest's step objects; every trace tensor they name
     is in `trace_tensors` and nothing else is (the reader refuses unnamed tensors)."""
     named = set()
+    with_target = False
     for step in steps:
         for entry in step.get("propose", []):
             named.add(entry["ctx"])
             expect = entry.get("expect", {})
             named.update(v for k, v in expect.items() if k != "taps")
             named.update(expect.get("taps", {}).values())
+            target = entry.get("target")
+            if target is not None:
+                with_target = True
+                named.add(target["tokens"])
+                named.update(target.get("topk", {}).values())
     if named != set(trace_tensors):
         raise CaptureError(f"{out_dir}: trace tensors and steps disagree (internal): "
                            f"{sorted(named ^ set(trace_tensors))[:5]}")
@@ -30,7 +37,7 @@ def write_fixture(out_dir, *, name, description, provenance, config, drafter_ten
         raise CaptureError(f"{out_dir}: cannot create the fixture directory ({e.strerror})") from None
     manifest = {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": TARGET_SIDE_VERSION if with_target else FORMAT_VERSION,
         "name": name,
         "description": description,
         "provenance": provenance,

@@ -48,10 +48,13 @@ class ContextSource:
         return out
 
 
-def run_scenario(recorder, *, seed, prompt, steps, batch, positions_from, widths, hidden=None, hidden_path=None):
+def run_scenario(recorder, *, seed, prompt, steps, batch, positions_from, widths, hidden=None, hidden_path=None,
+                 target=None):
     """Drives `recorder`: `batch` sequences, sequence i with a prompt of prompt+i rows starting at
     position positions_from, proposing together `steps` times (each accepts a random 0..B-1 drafts,
-    so 1..B new context rows), then released. Widths cycle through `widths`."""
+    so 1..B new context rows), then released. Widths cycle through `widths`. With `target` (a
+    target_side.TokenTarget or ModuleTarget) each anchor is the target's token at its position and
+    each propose carries the target's side."""
     f = recorder.facts
     if prompt < 1 or steps < 1 or batch < 1 or positions_from < 0:
         raise CaptureError("--prompt, --steps and --batch must be >= 1, --positions-from >= 0")
@@ -73,7 +76,11 @@ def run_scenario(recorder, *, seed, prompt, steps, batch, positions_from, widths
                 seen_from = first
             anchor = int(torch.randint(0, f.vocab_size, (1,), generator=generator))
             ctx = source.rows(first, start, seen_from)
-            entries.append({"seq": seq, "ctx": ctx, "start": start, "anchor": anchor, "block_width": width})
+            entry = {"seq": seq, "ctx": ctx, "start": start, "anchor": anchor, "block_width": width}
+            if target is not None:
+                entry["anchor"] = target.anchor(seq, start)
+                entry["target"] = target.side(seq, start, B)
+            entries.append(entry)
             next_pos[seq] = start
         recorder.propose(entries)
     recorder.release(list(range(batch)))

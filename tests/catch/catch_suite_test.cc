@@ -10,16 +10,20 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "compare/acceptance.h"
 #include "compare/catch_table.h"
 #include "compare/divergence.h"
 #include "compare/replay.h"
 #include "core/error.h"
+#include "compare/text_format.h"
 #include "fixtures/fixture.h"
+#include "reference/reference_options.h"
 #include "tests/properties/backends.h"
 #include "tests/properties/broken_proposers.h"
 #include "tests/properties/broken_variants.h"
@@ -38,15 +42,49 @@ constexpr Precision kLanePrecision = Precision::kFp32;
 
 // As `dflash-harness replay` runs a drafter: freed pages poisoned, and the stored K/V checked
 // against the reference's recomputation (compare/kv_invariants.h) after every step.
-ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir) {
+ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, Precision precision = kLanePrecision) {
   Fixture fixture = read_fixture(fixture_path(fixture_dir));
   fixture.load_weights();
   HeadSettings head = fixture.head;
   head.poison_freed_pages = true;
-  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, kLanePrecision);
+  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, precision);
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
-  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, kLanePrecision, window);
-  return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true, recompute}}, {});
+  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, precision, window);
+  return replay_fixture(fixture, {{proposer.get(), precision, true, recompute}}, {});
+}
+
+// The drafter's mean greedy acceptance length (compare/acceptance.h) against the fixture's target
+// side, or, for a fixture without one, against a target that drafts as the fixture's fp64
+// expectations (its draft tokens: what the working reference drafts, up to exact ties).
+std::optional<double> mean_acceptance_length(const ReplayResult& r) {
+  if (const SideAcceptance* side = r.acceptance.side_of_lane(0)) return side->mean_length;
+  double sum = 0;
+  int blocks = 0;
+  for (const SequenceResult& s : r.sequences) {
+    if (s.pair != 0 || !s.tokens) continue;
+    std::vector<int32_t> expected, actual;
+    for (const TokenRow& row : s.tokens->rows) {
+      expected.push_back(row.expected);
+      actual.push_back(row.actual);
+    }
+    sum += 1.0 + greedy_accepted(actual, expected);
+    ++blocks;
+  }
+  if (blocks == 0) return std::nullopt;
+  return sum / blocks;
+}
+
+// "-1.77 (2.77 -> 1.00; canary, pinned)": the bug's change against the working drafter's.
+std::string acceptance_change(const std::optional<double>& working, const ReplayResult& broken) {
+  const std::optional<double> length = mean_acceptance_length(broken);
+  if (!working || !length) return "-";
+  std::string checks;
+  for (const AcceptanceFailure& f : broken.acceptance.failures) {
+    const std::string name = f.check == "canary" ? "canary" : "pinned";
+    if (checks.find(name) == std::string::npos) checks += (checks.empty() ? "; " : ", ") + name;
+  }
+  return format_number(*length - *working, "%+.2f") + " (" + format_number(*working, "%.2f") + " -> " +
+         format_number(*length, "%.2f") + checks + ")";
 }
 
 // What the replay named first (compare/catch_table.h first_failure).
@@ -70,7 +108,21 @@ CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
 struct ReplayBug {
   PlantedBug bug;
   std::function<Backend(const Backend&)> breaker;
+  Precision precision = kLanePrecision;
 };
+
+// The reference with a planted fp8 GEMM bug (testing/reference_faults.h), an fp8 drafter.
+std::function<Backend(const Backend&)> fp8_planting(Fp8Fault fault) {
+  return [fault](const Backend& working) {
+    return prop::wrapped(working, std::string("reference+") + fp8_fault_name(fault),
+                         [fault](const prop::ProposerFactory&, const DrafterConfig& config,
+                                 std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
+                           ReferenceOptions options;
+                           options.fp8_fault = fault;
+                           return make_reference_drafter(config, std::move(weights), settings, options);
+                         });
+  };
+}
 
 // Declared first stages follow from where each fault enters the forward pass (drafter.md §7).
 std::vector<ReplayBug> replay_bugs() {
@@ -99,6 +151,14 @@ std::vector<ReplayBug> replay_bugs() {
       {{"stale-key-long-window", "stale key in a long window", CatchCheck::kInvariant, "kv-stored",
         "blind-spots/long-window"},
        prop::planting(PlantedFault::kStaleKey, "stale-key")},
+      // fp8 drafters on the known-acceptance fixtures: the stage verdict and the acceptance they cost.
+      // The context keys go through the broken k_proj before any block row: kv-stored comes first.
+      {{"skipped-k-tile", "fp8 GEMM K tile (fp8)", CatchCheck::kInvariant, "kv-stored", "acceptance/target-is-reference"},
+       fp8_planting(Fp8Fault::kSkippedKTile),
+       Precision::kFp8},
+      {{"quantized-drafter", "quantized drafter (fp8)", replay, "logits", "acceptance/controlled-distance"},
+       fp8_planting(Fp8Fault::kQuantizedDrafter),
+       Precision::kFp8},
   };
 }
 
@@ -106,12 +166,14 @@ std::vector<ReplayBug> replay_bugs() {
 // refused call): their property is the check. The declared name is the property's message.
 std::vector<std::string> property_only_variants() { return {"NonAtomicExhaustion", "PageDependent", "Nondeterministic"}; }
 
-std::vector<std::string> fixtures_of(const std::vector<ReplayBug>& bugs) {
-  std::vector<std::string> dirs;
+// Each fixture the suite uses with the precision its rows run it at.
+std::vector<std::pair<std::string, Precision>> fixtures_of(const std::vector<ReplayBug>& bugs) {
+  std::vector<std::pair<std::string, Precision>> runs;
   for (const ReplayBug& b : bugs) {
-    if (std::find(dirs.begin(), dirs.end(), b.bug.where) == dirs.end()) dirs.push_back(b.bug.where);
+    const std::pair<std::string, Precision> run{b.bug.where, b.precision};
+    if (std::find(runs.begin(), runs.end(), run) == runs.end()) runs.push_back(run);
   }
-  return dirs;
+  return runs;
 }
 
 // The naming rule: the earliest step; within a step ctx_proj, kv-stored, other stages, other invariants.
@@ -135,9 +197,9 @@ TEST(CatchSuite, FirstFailureFollowsTheOrderOfAPropose) {
 // The control: the working reference passes every fixture the suite uses (no false alarm).
 TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
   const Backend working = prop::reference_backend();
-  for (const std::string& dir : fixtures_of(replay_bugs())) {
-    SCOPED_TRACE(dir);
-    const ReplayResult result = replay_on(working, dir);
+  for (const auto& [dir, precision] : fixtures_of(replay_bugs())) {
+    SCOPED_TRACE(dir + " " + precision_name(precision));
+    const ReplayResult result = replay_on(working, dir, precision);
     EXPECT_TRUE(result.passed()) << dir << ": "
                                  << (result.first_divergence ? describe_divergence(*result.first_divergence)
                                                              : std::string("an invariant failed"));
@@ -146,10 +208,16 @@ TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
 
 TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
   const Backend working = prop::reference_backend();
+  std::map<std::pair<std::string, Precision>, std::optional<double>> working_length;
+  for (const auto& run : fixtures_of(replay_bugs())) {
+    working_length[run] = mean_acceptance_length(replay_on(working, run.first, run.second));
+  }
   std::vector<CatchResult> results;
   for (const ReplayBug& b : replay_bugs()) {
     try {
-      results.push_back(judge_replay(b.bug, replay_on(b.breaker(working), b.bug.where)));
+      const ReplayResult broken = replay_on(b.breaker(working), b.bug.where, b.precision);
+      results.push_back(judge_replay(b.bug, broken));
+      results.back().acceptance = acceptance_change(working_length[{b.bug.where, b.precision}], broken);
     } catch (const HarnessError& e) {
       CatchResult r{b.bug};
       r.detail = std::string("replay stopped: ") + e.what();

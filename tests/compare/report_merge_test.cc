@@ -105,6 +105,10 @@ TEST(ReportDocument, Version2NamesTheRunAndEachFixturesPlaceInIt) {
   EXPECT_EQ(doc["results"][1]["index"], 1);
   EXPECT_EQ(doc["results"][1]["pairs"][0]["first_divergence"]["stage"], "L0.q");
   EXPECT_TRUE(doc["results"][0]["pairs"][0]["first_divergence"].is_null());
+  // The distances and acceptance of the same version: no target side, one temperature.
+  EXPECT_EQ(doc["results"][0]["temperatures"], json({1.0}));
+  EXPECT_TRUE(doc["results"][0]["acceptance"].is_null());
+  EXPECT_TRUE(doc["results"][0]["pairs"][0].contains("distribution"));
   ASSERT_EQ(doc["errors"].size(), 1u);
   EXPECT_EQ(doc["errors"][0]["index"], 2);
   EXPECT_EQ(doc["errors"][0]["exit_code"], 2);
@@ -120,7 +124,12 @@ TEST(ReportDocument, Version1IsStillReadRenderedAndTallied) {
   for (json& r : v1["results"]) {
     r.erase("index");
     r.erase("path");
-    for (json& pair : r["pairs"]) pair.erase("first_divergence");
+    r.erase("temperatures");
+    r.erase("acceptance");
+    for (json& pair : r["pairs"]) {
+      pair.erase("first_divergence");
+      pair.erase("distribution");
+    }
   }
   for (json& e : v1["errors"]) e.erase("index");
   const json doc = round_trip(v1, "v1.json");
@@ -149,7 +158,7 @@ TEST(ReportDocument, RefusesWhatItCannotTrust) {
   expect_refused(no_run, "missing field 'run'");
   json lying = good;
   lying["results"][1]["verdict"] = "pass";
-  expect_refused(lying, "results[1] (broken): field 'verdict' is 'pass', but its sequences and invariant failures say 'fail'");
+  expect_refused(lying, "results[1] (broken): field 'verdict' is 'pass', but its sequences, invariant failures, distances and acceptance say 'fail'");
   json past = good;
   past["results"][0]["index"] = 9;
   expect_refused(past, "results[0]: field 'index' is 9, past the run's 4 fixtures");

@@ -283,6 +283,173 @@ Case long_context_case(std::string name, std::string expected, int64_t rows, std
   });
 }
 
+// ---- the target's side (fixture format v2) ----
+
+std::vector<uint8_t> i32_bytes(int32_t v) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &v, 4);
+  return b;
+}
+
+// A new tensor of `values` appended to the data area.
+template <typename T>
+void append_values(ojson& h, std::vector<uint8_t>& data, const std::string& name, const std::string& dtype,
+                   std::vector<int64_t> shape, const std::vector<T>& values) {
+  const size_t begin = data.size();
+  append_tensor(h, data, name, dtype, std::move(shape), values.size() * sizeof(T));
+  std::memcpy(data.data() + begin, values.data(), values.size() * sizeof(T));
+}
+
+// The drafts of steps[0].propose[0] of batch-widths-release (B 8, V 400), read from the trace.
+std::vector<int32_t> first_drafts(const ojson& h, const std::vector<uint8_t>& data) {
+  std::vector<int32_t> tokens(7);
+  std::memcpy(tokens.data(), data.data() + h["s0.q0.drafts"]["data_offsets"][0].get<size_t>(), 28);
+  return tokens;
+}
+
+// Entry 0 of step 0 gains a valid target side (version 2): its tokens are the entry's draft tokens
+// and its logits the entry's logits, as new trace tensors; `edit` then plants one defect.
+using TargetEdit = std::function<void(ojson& manifest, ojson& header, std::vector<uint8_t>& data)>;
+Case target_case(std::string name, std::string expected, TargetEdit edit) {
+  return raw_case(name, expected, [edit](const std::string& dir) {
+    RawSafetensors raw = read_raw(trace(dir));
+    ojson& h = raw.header;
+    append_values(h, raw.data, "s0.q0.target.tokens", "I32", {7}, first_drafts(h, raw.data));
+    const size_t logits = h["s0.q0.logits"]["data_offsets"][0].get<size_t>();
+    std::vector<float> values(7 * 400);
+    std::memcpy(values.data(), raw.data.data() + logits, values.size() * 4);
+    append_values(h, raw.data, "s0.q0.target.logits", "F32", {7, 400}, values);
+    std::ifstream in(manifest(dir));
+    ojson m = ojson::parse(in);
+    m["version"] = 2;
+    entry(m, 0, 0)["target"] = {{"tokens", "s0.q0.target.tokens"}, {"logits", "s0.q0.target.logits"}};
+    edit(m, h, raw.data);
+    write_text(manifest(dir), m.dump(1));
+    write_raw(trace(dir), h.dump(), raw.data);
+  });
+}
+
+// The same with the target's top-2 instead of its logits: values (1, 0.5) on ids (token, token + 1).
+Case topk_case(std::string name, std::string expected, TargetEdit edit) {
+  return target_case(name, expected, [edit](ojson& m, ojson& h, std::vector<uint8_t>& data) {
+    const std::vector<int32_t> tokens = first_drafts(h, data);
+    std::vector<float> values;
+    std::vector<int32_t> ids;
+    for (int32_t t : tokens) {
+      values.insert(values.end(), {1.0f, 0.5f});
+      ids.insert(ids.end(), {t, (t + 1) % 400});
+    }
+    append_values(h, data, "s0.q0.target.topk_values", "F32", {7, 2}, values);
+    append_values(h, data, "s0.q0.target.topk_ids", "I32", {7, 2}, ids);
+    h.erase("s0.q0.target.logits");
+    ojson& target = entry(m, 0, 0)["target"];
+    target.erase("logits");
+    target["topk"] = {{"values", "s0.q0.target.topk_values"}, {"ids", "s0.q0.target.topk_ids"}};
+    edit(m, h, data);
+  });
+}
+
+std::vector<MalformedCase> target_side_cases() {
+  return {
+      target_case("target-side-in-version-1",
+                  "field 'steps[0].propose[0].target' (seq 0) is a fixture format version 2 field, but field 'version' "
+                  "is 1",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) { m["version"] = 1; }),
+      target_case("target-unknown-field",
+                  "field 'steps[0].propose[0].target.probabilities' (seq 0): unknown field of the target side",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) {
+                    entry(m, 0, 0)["target"]["probabilities"] = "s0.q0.target.logits";
+                  }),
+      target_case("target-tokens-missing", "missing required field 'steps[0].propose[0].target.tokens' (seq 0)",
+                  [](ojson& m, ojson& h, std::vector<uint8_t>&) {
+                    entry(m, 0, 0)["target"].erase("tokens");
+                    h.erase("s0.q0.target.tokens");
+                  }),
+      target_case("target-tokens-dtype",
+                  "field 'steps[0].propose[0].target.tokens' (seq 0): tensor 's0.q0.target.tokens' has dtype F32; "
+                  "expected I32",
+                  [](ojson&, ojson& h, std::vector<uint8_t>&) { h["s0.q0.target.tokens"]["dtype"] = "F32"; }),
+      target_case("target-tokens-shape",
+                  "field 'steps[0].propose[0].target.tokens' (seq 0): tensor 's0.q0.target.tokens6' has shape [6]; "
+                  "expected [7]",
+                  [](ojson& m, ojson& h, std::vector<uint8_t>& d) {
+                    append_values(h, d, "s0.q0.target.tokens6", "I32", {6}, std::vector<int32_t>(6, 0));
+                    entry(m, 0, 0)["target"]["tokens"] = "s0.q0.target.tokens6";
+                  }),
+      target_case("target-token-out-of-range",
+                  "field 'steps[0].propose[0].target.tokens' (seq 0): tensor 's0.q0.target.tokens' holds token 400 at "
+                  "index 1, outside [0, vocab_size 400)",
+                  [](ojson&, ojson& h, std::vector<uint8_t>& d) { poke(h, d, "s0.q0.target.tokens", 1, i32_bytes(400)); }),
+      target_case("target-token-not-argmax", "which is not a maximum of its logits ('s0.q0.target.logits'",
+                  [](ojson&, ojson& h, std::vector<uint8_t>& d) {
+                    poke(h, d, "s0.q0.target.tokens", 0, i32_bytes((first_drafts(h, d)[0] + 1) % 400));
+                  }),
+      target_case("target-logits-shape",
+                  "field 'steps[0].propose[0].target.logits' (seq 0): tensor 's0.q0.tap.embed' has shape [8, 64]; "
+                  "expected [7, 400]",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) {
+                    entry(m, 0, 0)["target"]["logits"] = "s0.q0.tap.embed";
+                  }),
+      target_case("target-logits-nan",
+                  "field 'steps[0].propose[0].target.logits' (seq 0): tensor 's0.q0.target.logits' [7, 400] holds NaN "
+                  "at row 0, column 5",
+                  [](ojson&, ojson& h, std::vector<uint8_t>& d) { poke(h, d, "s0.q0.target.logits", 5, f32_bytes(NAN)); }),
+      topk_case("target-logits-and-topk", "give the target's full 'logits' or its 'topk', not both",
+                [](ojson& m, ojson& h, std::vector<uint8_t>& d) {
+                  const size_t at = h["s0.q0.logits"]["data_offsets"][0].get<size_t>();
+                  std::vector<float> values(7 * 400);
+                  std::memcpy(values.data(), d.data() + at, values.size() * 4);
+                  append_values(h, d, "s0.q0.target.logits", "F32", {7, 400}, values);
+                  entry(m, 0, 0)["target"]["logits"] = "s0.q0.target.logits";
+                }),
+      topk_case("target-topk-unknown-field",
+                "field 'steps[0].propose[0].target.topk.probs' (seq 0): unknown field of the target's top-k",
+                [](ojson& m, ojson&, std::vector<uint8_t>&) { entry(m, 0, 0)["target"]["topk"]["probs"] = "x"; }),
+      topk_case("target-topk-duplicate-id",
+                "tensor 's0.q0.target.topk_ids' lists id ",
+                [](ojson&, ojson& h, std::vector<uint8_t>& d) {
+                  poke(h, d, "s0.q0.target.topk_ids", 1, i32_bytes(first_drafts(h, d)[0]));
+                }),
+      topk_case("target-topk-id-out-of-range",
+                "field 'steps[0].propose[0].target.topk.ids' (seq 0): tensor 's0.q0.target.topk_ids' holds id -3 at "
+                "flat index 3, outside [0, vocab_size 400)",
+                [](ojson&, ojson& h, std::vector<uint8_t>& d) { poke(h, d, "s0.q0.target.topk_ids", 3, i32_bytes(-3)); }),
+      topk_case("target-topk-too-wide",
+                "tensor 's0.q0.target.wide' has shape [7, 401]; expected [7, k] with 1 <= k <= vocab_size 400",
+                [](ojson& m, ojson& h, std::vector<uint8_t>& d) {
+                  append_values(h, d, "s0.q0.target.wide", "F32", {7, 401}, std::vector<float>(7 * 401, 0.0f));
+                  entry(m, 0, 0)["target"]["topk"]["values"] = "s0.q0.target.wide";
+                }),
+      topk_case("target-topk-token-not-top", "which is not the id of a largest value of its top-k",
+                [](ojson&, ojson& h, std::vector<uint8_t>& d) { poke(h, d, "s0.q0.target.topk_values", 1, f32_bytes(2.0f)); }),
+      target_case("acceptance-in-version-1",
+                  "field 'acceptance' is a fixture format version 2 field, but field 'version' is 1",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) {
+                    m["version"] = 1;
+                    entry(m, 0, 0).erase("target");
+                    m["acceptance"] = {{"per_position", {1.0}}};
+                  }),
+      target_case("acceptance-out-of-range",
+                  "field 'acceptance.per_position': entry 1 is 1.200000; an acceptance probability lies in [0, 1]",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) { m["acceptance"] = {{"per_position", {1.0, 1.2}}}; }),
+      target_case("acceptance-grows",
+                  "field 'acceptance.per_position': entry 1 (0.700000) is larger than entry 0 (0.500000)",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) { m["acceptance"] = {{"per_position", {0.5, 0.7}}}; }),
+      target_case("acceptance-too-long",
+                  "field 'acceptance.per_position' has 8 entries, more than the 7 drafted positions of the widest block",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) {
+                    m["acceptance"] = {{"per_position", std::vector<double>(8, 0.5)}};
+                  }),
+      target_case("acceptance-not-a-number",
+                  "field 'acceptance.per_position[0]' must be a number, got \"high\"",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) { m["acceptance"] = {{"per_position", {"high"}}}; }),
+      target_case("acceptance-unknown-field", "field 'acceptance.threshold': unknown field of the acceptance pin",
+                  [](ojson& m, ojson&, std::vector<uint8_t>&) {
+                    m["acceptance"] = {{"per_position", {1.0}}, {"threshold", 0.1}};
+                  }),
+  };
+}
+
 std::vector<MalformedCase> build_cases() {
   return {
       // ---- safetensors files ----
@@ -390,8 +557,8 @@ std::vector<MalformedCase> build_cases() {
                     [](ojson& m) { m.erase("trace"); }),
       manifest_case("wrong-field-type", "field 'steps[0].propose[0].start' (seq 0) must be an integer, got \"20\"",
                     [](ojson& m) { entry(m, 0, 0)["start"] = "20"; }),
-      manifest_case("higher-version", "field 'version' is 2, higher than the supported 1; refusing",
-                    [](ojson& m) { m["version"] = 2; }),
+      manifest_case("higher-version", "field 'version' is 3, higher than the supported 2; refusing",
+                    [](ojson& m) { m["version"] = 3; }),
       manifest_case("wrong-format", "field 'format' is 'dflash-trace', expected 'dflash-fixture'",
                     [](ojson& m) { m["format"] = "dflash-trace"; }),
       manifest_case("missing-expect-precision", "missing required field 'provenance.expect_precision'",
@@ -620,6 +787,7 @@ std::vector<MalformedCase> build_cases() {
 std::vector<MalformedCase> all_cases() {
   std::vector<MalformedCase> cases = build_cases();
   for (MalformedCase& c : nvfp4_cases()) cases.push_back(std::move(c));
+  for (MalformedCase& c : target_side_cases()) cases.push_back(std::move(c));
   return cases;
 }
 
