@@ -115,6 +115,11 @@ struct PairTotals {
   int agree = 0, excused = 0, mismatch = 0;
   double worst_ratio = 0;     // largest error/bound over every stage check
   std::string worst_stage;    // where it was
+  // The rounding-bias checks (same rounding points only): how many, and the largest |mean|/bound.
+  int bias_checks = 0;
+  double worst_bias_ratio = 0;
+  double worst_bias_mean_ulp = 0;
+  std::string worst_bias_stage;
 };
 PairTotals pair_totals(const ReplayResult& result, int pair);
 
