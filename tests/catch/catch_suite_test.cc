@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,17 +37,29 @@ std::string fixture_path(const std::string& relative) { return std::string(DFLAS
 // must stand out of a real drafter's tolerance (an fp64 lane's bound would flag far less).
 constexpr Precision kLanePrecision = Precision::kFp32;
 
+// How a row's drafter is replayed: at `precision`, alone against the fixture, or (`tight`) as the
+// candidate of the working reference at the same precision, the pair of the tight model that
+// `dflash-harness replay --backend both` forms with a CUDA drafter (docs/tolerances.md §4).
+struct Lanes {
+  Precision precision = kLanePrecision;
+  bool tight = false;
+};
+
 // As `dflash-harness replay` runs a drafter: freed pages poisoned, and the stored K/V checked
 // against the reference's recomputation (compare/kv_invariants.h) after every step.
-ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir) {
+ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, const Lanes& lanes = {}) {
   Fixture fixture = read_fixture(fixture_path(fixture_dir));
   fixture.load_weights();
   HeadSettings head = fixture.head;
   head.poison_freed_pages = true;
-  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, kLanePrecision);
+  const Precision p = lanes.precision;
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
-  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, kLanePrecision, window);
-  return replay_fixture(fixture, {{proposer.get(), kLanePrecision, true, recompute}}, {});
+  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, p);
+  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, p, window);
+  if (!lanes.tight) return replay_fixture(fixture, {{proposer.get(), p, true, recompute}}, {});
+  std::unique_ptr<DraftProposer> working = prop::reference_backend().build(fixture.config, fixture.weights, head, p);
+  return replay_fixture(fixture, {{working.get(), p, true, recompute}, {proposer.get(), p, false, recompute}},
+                        {{0, 1}});
 }
 
 // What the replay named first (compare/catch_table.h first_failure).
@@ -70,6 +83,7 @@ CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
 struct ReplayBug {
   PlantedBug bug;
   std::function<Backend(const Backend&)> breaker;
+  Lanes lanes = {};
 };
 
 // Declared first stages follow from where each fault enters the forward pass (drafter.md §7).
@@ -99,6 +113,27 @@ std::vector<ReplayBug> replay_bugs() {
       {{"stale-key-long-window", "stale key in a long window", CatchCheck::kInvariant, "kv-stored",
         "blind-spots/long-window"},
        prop::planting(PlantedFault::kStaleKey, "stale-key")},
+      // Rounding toward zero: every error under one ulp, so only the rounding-bias check of the
+      // pairs that round at the same points sees it (the stored K/V against their recomputation;
+      // the working reference against the planted one, both bf16).
+      {{"truncated-kv-store", "rounding bias", CatchCheck::kInvariant, "kv-stored", "oracle/tiny-gqa"},
+       prop::planting(RoundingFault::kTruncatedKvStore), {Precision::kBf16, false}},
+      {{"truncated-swiglu", "rounding bias", replay, "L0.mlp", "oracle/tiny-gqa"},
+       prop::planting(RoundingFault::kTruncatedActivation), {Precision::kBf16, true}},
+      // The stale-graph classes on a trace that interleaves widths, batches, releases and window
+      // growth (blind-spots/serving-loop), as a CUDA drafter with graphs after one eager pass would
+      // compute them: a graph of another batch, or of a wider block, serves a propose; a baked page
+      // table, or a plan of a shorter window, feeds attention. The fixture holds logits and draft
+      // tokens only, so each is first seen at the logits.
+      {{"graph-keyed-by-width", "graph keyed by width alone", replay, "logits", "blind-spots/serving-loop"},
+       prop::graph_keyed_by_width},
+      {{"baked-page-table", "page table baked at capture", replay, "logits", "blind-spots/serving-loop"},
+       prop::planting(PlantedFault::kBakedPageTable, "baked-page-table")},
+      {{"padded-width-graph", "scratch shared between two widths", replay, "logits", "blind-spots/serving-loop"},
+       prop::padded_width_graph},
+      {{"stale-attention-plan", "stale attention plan after a window change", replay, "logits",
+        "blind-spots/serving-loop"},
+       prop::planting(PlantedFault::kStaleAttentionPlan, "stale-attention-plan")},
   };
 }
 
@@ -106,12 +141,16 @@ std::vector<ReplayBug> replay_bugs() {
 // refused call): their property is the check. The declared name is the property's message.
 std::vector<std::string> property_only_variants() { return {"NonAtomicExhaustion", "PageDependent", "Nondeterministic"}; }
 
-std::vector<std::string> fixtures_of(const std::vector<ReplayBug>& bugs) {
-  std::vector<std::string> dirs;
+// Every (fixture, lanes) the rows replay, once each.
+std::vector<std::pair<std::string, Lanes>> replays_of(const std::vector<ReplayBug>& bugs) {
+  std::vector<std::pair<std::string, Lanes>> replays;
   for (const ReplayBug& b : bugs) {
-    if (std::find(dirs.begin(), dirs.end(), b.bug.where) == dirs.end()) dirs.push_back(b.bug.where);
+    const bool seen = std::any_of(replays.begin(), replays.end(), [&](const auto& r) {
+      return r.first == b.bug.where && r.second.precision == b.lanes.precision && r.second.tight == b.lanes.tight;
+    });
+    if (!seen) replays.emplace_back(b.bug.where, b.lanes);
   }
-  return dirs;
+  return replays;
 }
 
 // The naming rule: the earliest step; within a step ctx_proj, kv-stored, other stages, other invariants.
@@ -135,10 +174,11 @@ TEST(CatchSuite, FirstFailureFollowsTheOrderOfAPropose) {
 // The control: the working reference passes every fixture the suite uses (no false alarm).
 TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
   const Backend working = prop::reference_backend();
-  for (const std::string& dir : fixtures_of(replay_bugs())) {
+  for (const auto& [dir, lanes] : replays_of(replay_bugs())) {
     SCOPED_TRACE(dir);
-    const ReplayResult result = replay_on(working, dir);
-    EXPECT_TRUE(result.passed()) << dir << ": "
+    const ReplayResult result = replay_on(working, dir, lanes);
+    EXPECT_TRUE(result.passed()) << dir << " (" << precision_name(lanes.precision) << (lanes.tight ? ", tight" : "")
+                                 << "): "
                                  << (result.first_divergence ? describe_divergence(*result.first_divergence)
                                                              : std::string("an invariant failed"));
   }
@@ -149,7 +189,7 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
   std::vector<CatchResult> results;
   for (const ReplayBug& b : replay_bugs()) {
     try {
-      results.push_back(judge_replay(b.bug, replay_on(b.breaker(working), b.bug.where)));
+      results.push_back(judge_replay(b.bug, replay_on(b.breaker(working), b.bug.where, b.lanes)));
     } catch (const HarnessError& e) {
       CatchResult r{b.bug};
       r.detail = std::string("replay stopped: ") + e.what();
@@ -169,9 +209,28 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
     }
     results.push_back(r);
   }
+  // Property 11 against the stale-graph classes, from seed 1 (the CUDA plants' CPU emulations).
+  const std::map<std::string, std::string> classes = {
+      {"GraphKeyedByWidth", "graph keyed by width alone"},
+      {"PageTableBakedAtCapture", "page table baked at capture"},
+      {"PaddedWidthGraph", "scratch shared between two widths"},
+      {"StaleAttentionPlan", "stale attention plan after a window change"}};
+  for (const prop::BrokenVariant& v : prop::serving_loop_variants()) {
+    CatchResult r{{v.name, classes.at(v.name), CatchCheck::kProperty, v.expected_message, "property 11, seed 1"}};
+    std::string failure;
+    if (prop::property_fails(v.cases, /*seed=*/1, [&] { v.property(working, v.breaker(working)); }, &failure)) {
+      r.caught = true, r.check = CatchCheck::kProperty;
+      r.named = failure.find(v.expected_message) != std::string::npos ? v.expected_message : failure.substr(0, 60);
+      r.detail = failure;
+    }
+    results.push_back(r);
+  }
 
   const std::string table = format_catch_table(results);
   std::cout << table << catch_summary(results) << "\n";
+  for (const CatchResult& r : results) {  // the harness's own words for each catch
+    if (r.caught && r.check != CatchCheck::kProperty) std::cout << "  " << r.bug.id << ": " << r.detail << "\n";
+  }
   std::ofstream("catch-table.md") << table;
   for (const CatchResult& r : results) {
     EXPECT_TRUE(r.as_declared()) << r.bug.id << " on " << r.bug.where << ": "
