@@ -24,6 +24,7 @@ std::optional<Divergence> first_divergence(const std::vector<StageCheck>& stages
     d.detail = first->shape_detail;
     return d;
   }
+  if (first->bias && d.criterion == "rounding-bias") d.detail = describe_rounding_bias(*first->bias);
   d.expected = first->fail_expected;
   d.actual = first->fail_actual;
   return d;
@@ -33,7 +34,8 @@ std::string describe_divergence(const Divergence& d) {
   std::string text = "step " + std::to_string(d.step) + ", sequence " + std::to_string(d.seq) +
                      ": first divergence at " + d.stage;
   if (d.layer >= 0) text += " (layer " + std::to_string(d.layer) + ")";
-  if (d.criterion == "shape" || d.criterion == "missing" || d.criterion == "draft-token" || d.stage == "distribution") {
+  if (d.criterion == "shape" || d.criterion == "missing" || d.criterion == "draft-token" ||
+      d.criterion == "rounding-bias" || d.stage == "distribution") {
     text += ": " + d.criterion + ": " + d.detail;
   } else {
     const char* six = "%.6g";

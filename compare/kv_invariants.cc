@@ -79,6 +79,9 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
         std::string detail = seq_name(seq) + ", " + what;
         if (!check.shape_ok) {
           detail += ": " + check.shape_detail;
+        } else if (check.fail_criterion == "rounding-bias") {
+          detail += " of positions " + std::to_string(view.window_begin) + ".." + std::to_string(view.next_position - 1) +
+                    ": rounding bias: stored vs recomputed " + describe_rounding_bias(*check.bias);
         } else {
           const int64_t position = view.window_begin + check.fail_row;
           detail += " of position " + std::to_string(position) + " (slot " +

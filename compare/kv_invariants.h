@@ -1,7 +1,9 @@
 // Invariants of what a drafter actually stored and read (docs/spec/drafter.md §5), through its read-back
 // (DraftProposer::read_kv, attention_spans) rather than the page table both drafters share:
 //  kv-stored          every slot inside a sequence's window holds, in every layer, the K/V of that
-//                     (sequence, position) recomputed from its context row, within the stage bound;
+//                     (sequence, position) recomputed from its context row, within the stage bound,
+//                     and where both round at the same points without a rounding bias over the
+//                     window (compare/rounding_bias.h);
 //  kv-outside-window  no slot outside the windows changed during a propose (block rows never
 //                     persist), except freed pages filled with NaN in the debug mode;
 //  kv-poison          in the debug mode (HeadSettings::poison_freed_pages) every slot of a free page

@@ -1,6 +1,7 @@
 #include "compare/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -506,6 +507,15 @@ PairTotals pair_totals(const ReplayResult& result, int pair) {
       if (totals.worst_stage.empty() || stage.ratio > totals.worst_ratio) {
         totals.worst_ratio = stage.ratio;
         totals.worst_stage = stage.stage;
+      }
+      if (stage.bias) {
+        ++totals.bias_checks;
+        const double ratio = std::fabs(stage.bias->mean_ulp) / stage.bias->bound;
+        if (totals.worst_bias_stage.empty() || ratio > totals.worst_bias_ratio) {
+          totals.worst_bias_ratio = ratio;
+          totals.worst_bias_mean_ulp = stage.bias->mean_ulp;
+          totals.worst_bias_stage = stage.stage;
+        }
       }
     }
   }

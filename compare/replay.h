@@ -138,6 +138,11 @@ struct PairTotals {
   std::string worst_stage;    // where it was
   std::optional<Divergence> first_divergence;  // earliest_divergence of the pair
   double first_divergence_ratio = 0;  // that stage's error/bound in that propose (0 for a token fault)
+  // The rounding-bias checks (same rounding points only): how many, and the largest |mean|/bound.
+  int bias_checks = 0;
+  double worst_bias_ratio = 0;
+  double worst_bias_mean_ulp = 0;
+  std::string worst_bias_stage;
 };
 PairTotals pair_totals(const ReplayResult& result, int pair);
 

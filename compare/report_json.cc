@@ -46,6 +46,11 @@ json stage_to_json(const StageCheck& s) {
     // The smallest bounds this stage would have passed with (its own measures).
     j["passing_tolerance"] = {{"rel_rms", number(m.max_row_rel_rms)}, {"max_rel", number(m.max_rel)}};
   }
+  if (s.bias) {  // same rounding points only (compare/rounding_bias.h)
+    j["rounding_bias"] = {{"elements", s.bias->elements}, {"mean_ulp", number(s.bias->mean_ulp)},
+                          {"second_moment", number(s.bias->second_moment)}, {"bound", number(s.bias->bound)},
+                          {"passed", s.bias->passed()}};
+  }
   if (!s.passed) {
     j["fail"] = {{"row", s.fail_row},       {"col", s.fail_col},
                  {"criterion", s.fail_criterion}, {"value", number(s.fail_value)},
@@ -168,6 +173,12 @@ json replay_result_to_json(const ReplayResult& result) {
                      {"worst_stage", totals.worst_stage},
                      {"first_divergence", totals.first_divergence ? divergence_to_json(*totals.first_divergence) : json(nullptr)},
                      {"stages", stage_summary(result, static_cast<int>(i))}});
+    if (totals.bias_checks > 0) {  // same rounding points only (compare/rounding_bias.h)
+      pairs.back()["rounding_bias"] = {{"checks", totals.bias_checks},
+                                       {"worst_ratio", number(totals.worst_bias_ratio)},
+                                       {"worst_mean_ulp", number(totals.worst_bias_mean_ulp)},
+                                       {"worst_stage", totals.worst_bias_stage}};
+    }
   }
   j["pairs"] = pairs;
 

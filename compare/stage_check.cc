@@ -49,6 +49,15 @@ StageCheck check_stage(const std::string& stage, int order, const Tensor& expect
     check.passed = false;
     break;
   }
+  if (bound.rounding_bias && m.non_finite == 0) {
+    check.bias = measure_rounding_bias(expected, actual);
+    if (check.passed && !check.bias->passed()) {
+      check.passed = false;
+      check.fail_criterion = "rounding-bias";
+      check.fail_value = check.bias->mean_ulp;
+      check.fail_bound = check.bias->bound;
+    }
+  }
   return check;
 }
 

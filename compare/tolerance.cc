@@ -209,6 +209,8 @@ StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t
     bound.estimate = std::sqrt(n) * u + accumulation;
     bound.rel_rms = 2.0 * std::sqrt(n) * u + kSafetyFactor * accumulation;
     bound.max_rel = 2.0 * n * u + kSafetyFactor * accumulation;
+    // A path without roundings (the embedding's copies, the selector's ids) has no rounding to bias.
+    bound.rounding_bias = path.boundaries > 0 || path.roundings > 0;
     return bound;
   }
   const bool count_weights = !pair.shared_quantized_weights;

@@ -103,6 +103,9 @@ struct StageBound {
   double rel_rms = 0;   // per row: ||a - e|| / ||e|| <= rel_rms (the norm criterion)
   double max_rel = 0;   // per element: |a - e| / max_j |e[row, j]| <= max_rel (the tail criterion)
   double estimate = 0;  // E_expected + E_actual, before the safety factor
+  // Same rounding points and a path that rounds: the stage's mean signed error in bf16 ulps is also
+  // held to its bound (compare/rounding_bias.h).
+  bool rounding_bias = false;
 };
 //   rel_rms = max(floor, S·E),  max_rel = max(floor, S·E·sqrt(2·ln(2·cols)))
 // with floor = the sum of both sides' floors. sqrt(2 ln 2m) bounds the largest of m Gaussian
@@ -110,7 +113,8 @@ struct StageBound {
 // Same-precision pairs, n = path.boundaries, A = S·2·sqrt(accumulation·u_a² + u_fp32²):
 //   rel_rms = 2·sqrt(n)·u_bf16 + A,  max_rel = 2·n·u_bf16 + A
 // (a boundary rounds two values that differ only by fp32 reordering to bf16 values at most one
-// ulp apart: independent over the row for the norm, aligned for the element).
+// ulp apart: independent over the row for the norm, aligned for the element); and where the path
+// rounds at all, the rounding-bias check (rounding_bias = true).
 StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t cols);
 
 }  // namespace dflash

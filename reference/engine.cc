@@ -127,9 +127,9 @@ class Engine final : public DrafterEngine {
       const PreparedLayer<T>& L = weights_.layers[static_cast<size_t>(l)];
       L.k_proj.apply(xc, total, &k, pool_);
       norm_and_rotate_heads(&k, total, config_.num_kv_heads, config_.head_dim, L.k_norm, eps_, rope, 0);
-      round_stage_to_bf16(policy_, &k, 0, total);
+      round_stage_to_bf16(policy_, &k, 0, total, truncates(kTruncatedKvStoreSite));
       L.v_proj.apply(xc, total, &v, pool_);
-      round_stage_to_bf16(policy_, &v, 0, total);
+      round_stage_to_bf16(policy_, &v, 0, total, truncates(kTruncatedKvStoreSite));
       AlignedMatrix<T>& k_pool = kv_.k[static_cast<size_t>(l)];
       AlignedMatrix<T>& v_pool = kv_.v[static_cast<size_t>(l)];
       for (size_t b = 0; b < steps.size(); ++b) {
@@ -240,7 +240,7 @@ class Engine final : public DrafterEngine {
       for (int64_t r = 0; r < rows; ++r) {
         ops::silu_mul(gate.row(r), up.row(r), static_cast<size_t>(config_.intermediate_size), gate.row(r));
       }
-      round_stage_to_bf16(policy_, &gate, 0, rows);
+      round_stage_to_bf16(policy_, &gate, 0, rows, truncates(kTruncatedActivationSite));
       L.down_proj.apply(gate, rows, &mlp, pool_);
       tap_block(want_taps, outputs, stage_name(StageKind::kMlp, l), mlp, B);
       if (d2.enabled) {
@@ -303,12 +303,19 @@ class Engine final : public DrafterEngine {
     std::swap(*z, *scratch);
   }
 
+  // The bf16 stores a planted RoundingFault may cut toward zero.
+  enum RoundingSite { kTruncatedKvStoreSite, kTruncatedActivationSite };
 #ifdef DFLASH_FAULT_POINTS
   bool conv_wraps() const { return policy_.dflash2_fault == Dflash2Fault::kConvWraps; }
   bool causal_block() const { return policy_.dflash2_fault == Dflash2Fault::kCausalBlock; }
+  bool truncates(RoundingSite site) const {
+    return policy_.rounding_fault == (site == kTruncatedKvStoreSite ? RoundingFault::kTruncatedKvStore
+                                                                    : RoundingFault::kTruncatedActivation);
+  }
 #else
   static constexpr bool conv_wraps() { return false; }
   static constexpr bool causal_block() { return false; }
+  static constexpr bool truncates(RoundingSite) { return false; }
 #endif
 
   ConvGeometry conv_geometry() const {

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/kv_pages.h"
@@ -28,6 +30,7 @@ class ReferenceDrafter final : public PagedProposer {
 #ifdef DFLASH_FAULT_POINTS
         fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
         dflash2_fault_(checked_dflash2_fault(options.dflash2_fault, config_)),
+        rounding_fault_(checked_rounding_fault(options.rounding_fault, settings_.precision)),
         fault_(options.fault),
 #endif
         engine_(make_drafter_engine(config_, *weights_, policy(),
@@ -42,6 +45,7 @@ class ReferenceDrafter final : public PagedProposer {
     return name;
 #else
     std::string planted = fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
+    if (rounding_fault_ != RoundingFault::kNone) planted += std::string("+") + rounding_fault_name(rounding_fault_);
     return dflash2_fault_ == Dflash2Fault::kNone ? planted : planted + "+" + dflash2_fault_name(dflash2_fault_);
 #endif
   }
@@ -71,6 +75,9 @@ class ReferenceDrafter final : public PagedProposer {
     for (const SequenceStep& s : steps) {
       spans_.push_back({s.seq, s.start - static_cast<int64_t>(s.window_slots.size()), s.start - 1});
     }
+#ifdef DFLASH_FAULT_POINTS
+    plant_graph_fault(&steps);  // after the spans: a graph's stale inputs leave the window it reports right
+#endif
     std::vector<ProposeOutput> outputs = engine_->propose(steps, block_g_, want_taps);
 #ifdef DFLASH_FAULT_POINTS
     if (fault_ == PlantedFault::kKeepsBlockRow) keep_block_rows(steps);
@@ -115,6 +122,9 @@ class ReferenceDrafter final : public PagedProposer {
     };
 #ifdef DFLASH_FAULT_POINTS
     d.emplace_back("fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_));
+    d.emplace_back("rounding_fault", rounding_fault_ == RoundingFault::kNone
+                                         ? "none"
+                                         : std::string("PLANTED: ") + rounding_fault_name(rounding_fault_));
     d.emplace_back("dflash2_fault", dflash2_fault_ == Dflash2Fault::kNone
                                         ? "none"
                                         : std::string("PLANTED: ") + dflash2_fault_name(dflash2_fault_));
@@ -169,7 +179,47 @@ class ReferenceDrafter final : public PagedProposer {
       case PlantedFault::kNone:
       case PlantedFault::kKeepsBlockRow:
       case PlantedFault::kStaleKey:
+      case PlantedFault::kBakedPageTable:
+      case PlantedFault::kStaleAttentionPlan:
         break;
+    }
+  }
+
+  // kBakedPageTable, kStaleAttentionPlan: a CUDA drafter's graph per (width, batch), captured at a
+  // shape's second propose (one eager pass first) and replayed from its third on, emulated.
+  void plant_graph_fault(std::vector<SequenceStep>* steps) {
+    if (fault_ != PlantedFault::kBakedPageTable && fault_ != PlantedFault::kStaleAttentionPlan) return;
+    const std::pair<int, int> shape{block_g_, static_cast<int>(steps->size())};
+    const int seen = ++graph_shape_proposes_[shape];
+    const bool replay = seen >= 3;
+    const int64_t page = settings_.kv_page_size;
+    if (fault_ == PlantedFault::kBakedPageTable) {
+      // The device's table rows, by batch slot: uploaded by every propose that is not a replay.
+      if (uploaded_tables_.size() < steps->size()) uploaded_tables_.resize(steps->size());
+      for (size_t b = 0; b < steps->size(); ++b) {
+        SequenceStep& s = (*steps)[b];
+        const SequenceView view = table_.view(s.seq);
+        if (!replay) {
+          uploaded_tables_[b] = view.block_table;
+          continue;
+        }
+        for (size_t i = 0; i < s.window_slots.size(); ++i) {
+          const int64_t position = view.window_begin + static_cast<int64_t>(i);
+          const int64_t index = position / page - view.first_logical_page;
+          const std::vector<int>& baked = uploaded_tables_[b];
+          const int64_t physical = index < static_cast<int64_t>(baked.size()) ? baked[static_cast<size_t>(index)] : 0;
+          s.window_slots[i] = physical * page + position % page;
+        }
+      }
+      return;
+    }
+    // kStaleAttentionPlan: the plan covers the longest window of the capture.
+    size_t longest = 0;
+    for (const SequenceStep& s : *steps) longest = std::max(longest, s.window_slots.size());
+    if (seen == 2) captured_plan_[shape] = longest;
+    if (!replay) return;
+    for (SequenceStep& s : *steps) {
+      if (s.window_slots.size() > captured_plan_[shape]) s.window_slots.resize(captured_plan_[shape]);
     }
   }
 
@@ -210,6 +260,7 @@ class ReferenceDrafter final : public PagedProposer {
 #ifdef DFLASH_FAULT_POINTS
     p.fp8_fault = fp8_fault_;
     p.dflash2_fault = dflash2_fault_;
+    p.rounding_fault = rounding_fault_;
 #endif
     return p;
   }
@@ -240,10 +291,24 @@ class ReferenceDrafter final : public PagedProposer {
     return fault;
   }
 
+  static RoundingFault checked_rounding_fault(RoundingFault fault, Precision precision) {
+    if (fault != RoundingFault::kNone && precision != Precision::kBf16 && precision != Precision::kFp8) {
+      throw bad_input(std::string("reference drafter: the planted rounding fault '") + rounding_fault_name(fault) +
+                      "' needs precision bf16 or fp8 (bf16 storage), not " + precision_name(precision));
+    }
+    return fault;
+  }
+
   const Fp8Fault fp8_fault_;
   const Dflash2Fault dflash2_fault_;
+  const RoundingFault rounding_fault_;
   const PlantedFault fault_;
   bool stale_key_written_ = false;  // kStaleKey plants one key per drafter
+  // The graph faults' emulation: proposes per (width, batch); the block tables last uploaded per
+  // batch slot; the plan (longest window) of each captured shape.
+  std::map<std::pair<int, int>, int> graph_shape_proposes_;
+  std::vector<std::vector<int>> uploaded_tables_;
+  std::map<std::pair<int, int>, size_t> captured_plan_;
 #endif
   std::unique_ptr<DrafterEngine> engine_;
   std::vector<AttentionSpan> spans_;

@@ -19,6 +19,9 @@ struct ReferenceOptions {
   // A planted DFlash2 bug (DFlash2 drafters only; kBadInput otherwise): a negative control. The
   // drafter's name and describe() say which.
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
+  // A planted rounding bug (bf16 and fp8 modes only; kBadInput in others): a negative control of
+  // the rounding-bias check. The drafter's name and describe() say which.
+  RoundingFault rounding_fault = RoundingFault::kNone;
 #endif
 };
 

@@ -4,6 +4,7 @@
 //   fp8:  bf16 plus per-row E4M3 weights for q/k/v/o/gate/up/down and lm_head.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/proposer.h"
@@ -21,6 +22,7 @@ struct StagePolicy {
 #ifdef DFLASH_FAULT_POINTS
   Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
+  RoundingFault rounding_fault = RoundingFault::kNone;  // only with round_bf16
 #endif
 
   static StagePolicy for_precision(Precision precision) {
@@ -37,14 +39,26 @@ constexpr const char* kBf16StorageStages =
     "ctx_proj (Xc after hidden_norm), cached context K/V, block K/V, q after RoPE, attn_norm output, "
     "attention output, mlp_norm output, silu(gate)*up, final_norm output";
 
+// f cut to bf16 toward zero (its low 16 bits dropped): a planted rounding fault's conversion.
+inline float truncate_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return bf16_bits_to_float(static_cast<uint16_t>(u >> 16));
+}
+
 // Rounds columns [0, cols) of rows [begin, end) to the nearest bf16 (ties to even) when the policy
-// asks for it; otherwise leaves them alone.
+// asks for it, toward zero instead where `toward_zero` (a planted RoundingFault); otherwise leaves
+// them alone.
 template <typename T>
-void round_stage_to_bf16(const StagePolicy& policy, AlignedMatrix<T>* m, int64_t begin, int64_t end) {
+void round_stage_to_bf16(const StagePolicy& policy, AlignedMatrix<T>* m, int64_t begin, int64_t end,
+                         bool toward_zero = false) {
   if (!policy.round_bf16) return;
   for (int64_t r = begin; r < end; ++r) {
     T* row = m->row(r);
-    for (int64_t c = 0; c < m->cols(); ++c) row[c] = static_cast<T>(round_to_bf16(static_cast<float>(row[c])));
+    for (int64_t c = 0; c < m->cols(); ++c) {
+      const float x = static_cast<float>(row[c]);
+      row[c] = static_cast<T>(toward_zero ? truncate_to_bf16(x) : round_to_bf16(x));
+    }
   }
 }
 

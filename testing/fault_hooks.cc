@@ -1,10 +1,12 @@
 // The host side of the planted mutations' hooks (testing/fault_points.h), in the CUDA drafter's library.
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <vector>
 
 #include "core/dtype.h"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/device_buffer.h"
 #include "testing/fault_points.h"
 
 namespace dflash {
@@ -14,6 +16,36 @@ void set_device_mutation(Mutation mutation) {
   set_device_mutation_attention(mutation);
   set_device_mutation_elementwise(mutation);
   set_device_mutation_gemm_mma(mutation);
+  set_device_mutation_gemm_fallback(mutation);
+  set_kernel_mutation(mutation);
+}
+
+namespace {
+// The planted copies of row scales, by the original's address (a later drafter's weights at a
+// reused address replace the entry when it plants its own).
+std::map<const float*, DeviceBuffer<float>>& neighbour_scale_copies() {
+  static auto* copies = new std::map<const float*, DeviceBuffer<float>>();  // freed after static destructors
+  return *copies;
+}
+}  // namespace
+
+void plant_neighbour_scales(const float* scale, int64_t rows) {
+  if (scale == nullptr || rows < 2) return;
+  constexpr int64_t kTile = 128;  // CUTLASS's tile of weight rows (gemm_cutlass_mixed.cu)
+  const int64_t first = (rows - 1) / kTile * kTile;
+  std::vector<float> host(static_cast<size_t>(rows));
+  DFLASH_CUDA_CHECK(cudaDeviceSynchronize());
+  DFLASH_CUDA_CHECK(cudaMemcpy(host.data(), scale, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<float> planted = host;
+  for (int64_t n = first; n < rows; ++n) planted[static_cast<size_t>(n)] = host[static_cast<size_t>(n + 1 < rows ? n + 1 : first)];
+  DeviceBuffer<float>& copy = neighbour_scale_copies()[scale];
+  copy.allocate(planted.size());
+  DFLASH_CUDA_CHECK(cudaMemcpy(copy.get(), planted.data(), planted.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+const float* planted_neighbour_scales(const float* scale) {
+  const auto it = neighbour_scale_copies().find(scale);
+  return it == neighbour_scale_copies().end() ? scale : it->second.get();
 }
 
 void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3) {

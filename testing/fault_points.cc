@@ -67,6 +67,41 @@ const std::vector<PlantedMutation>& mutation_registry() {
       {Mutation::kDraftRowShift, "draft-row-shift", "lm_head input rows",
        "final_norm writes block row i to the lm_head's input row i instead of i - 1", "replay", "logits",
        "oracle/tiny-gqa", "bf16"},
+      // From 64 block rows the GEMMs go to the libraries: fixtures of 64-96 block rows show these.
+      {Mutation::kCutlassNeighbourScale, "cutlass-neighbour-scale", "fp8 row scale (library path)",
+       "the CUTLASS GEMM (E4M3, 64 block rows and more) scales each row of a weight's last 128-row tile by its "
+       "neighbour's scale (row n + 1's, the tile's last row by its first's)",
+       "replay", "L0.v", "blind-spots/rows64-d128", "fp8"},
+      {Mutation::kCublasLtResidualTwice, "cublaslt-residual-twice", "residual added twice (library path)",
+       "the cuBLASLt path (bf16, 64 block rows and more) adds o_proj's and down_proj's products to the residual "
+       "stream twice",
+       "replay", "L0.mlp_norm", "blind-spots/rows64-d128", "bf16"},
+      // Under one ulp per element: only the rounding-bias check sees these.
+      {Mutation::kTruncatedKvStore, "truncated-kv-store", "rounding bias",
+       "qk_norm_rope_kernel cuts the context K and V it stores in the pools to bf16 toward zero", "invariant",
+       "kv-stored", "oracle/tiny-gqa", "bf16"},
+      {Mutation::kTruncatedSwiglu, "truncated-swiglu", "rounding bias",
+       "the gate|up GEMM's SwiGLU epilogue cuts silu(gate)·up to bf16 toward zero", "replay", "L0.mlp",
+       "oracle/tiny-gqa", "bf16"},
+      // Stale graphs (blind-spots/serving-loop interleaves widths, batches, releases and window
+      // growth; property 11 finds them on random traces). Taps come from an eager second pass, so a
+      // fault of the graph alone shows at the logits; a stale device input shows in both passes.
+      {Mutation::kGraphKeyedByWidth, "graph-keyed-by-width", "graph keyed by width alone",
+       "a propose whose width has a graph captured at another batch size replays that graph: the sequences past its "
+       "batch read back stale logits",
+       "replay", "logits", "blind-spots/serving-loop", "bf16"},
+      {Mutation::kBakedPageTable, "baked-page-table", "page table baked at capture",
+       "the block tables are uploaded only when no graph of the shape exists: replays read the tables of the last "
+       "upload",
+       "replay", "L0.attn", "blind-spots/serving-loop", "bf16"},
+      {Mutation::kPaddedWidthGraph, "padded-width-graph", "scratch shared between two widths",
+       "a propose whose batch size has a graph captured at a wider width replays that graph (a padded block) and "
+       "copies its logits back with its own width's layout",
+       "replay", "logits", "blind-spots/serving-loop", "bf16"},
+      {Mutation::kStaleAttentionPlan, "stale-attention-plan", "stale attention plan after a window change",
+       "attention's chunk count is taken from the longest window of the propose being enqueued: a graph replays "
+       "the count of its capture's windows",
+       "replay", "logits", "blind-spots/serving-loop", "bf16"},
   };
   return registry;
 }
@@ -125,6 +160,13 @@ FailurePlan& plan() {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int> g_kernel_mutation{0};
+}  // namespace
+
+void set_kernel_mutation(Mutation mutation) { g_kernel_mutation = static_cast<int>(mutation); }
+Mutation kernel_mutation() { return static_cast<Mutation>(g_kernel_mutation.load()); }
 
 Mutation read_planted_mutation() {
   const std::string id = fault_request();

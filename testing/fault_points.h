@@ -37,6 +37,17 @@ enum class Mutation : int {
   kEpsIgnored,
   kBiasIgnored,
   kDraftRowShift,
+  // Reachable only from 64 block rows (the library GEMMs, gemm_m64=library).
+  kCutlassNeighbourScale,
+  kCublasLtResidualTwice,
+  // Rounding toward zero: under every per-row bound, seen by the rounding-bias check.
+  kTruncatedKvStore,
+  kTruncatedSwiglu,
+  // Stale-graph classes (property 11, the serving loop).
+  kGraphKeyedByWidth,
+  kBakedPageTable,
+  kPaddedWidthGraph,
+  kStaleAttentionPlan,
 };
 
 struct PlantedMutation {
@@ -70,11 +81,16 @@ bool injected_failure_due(FailureSite site);
 #define DFLASH_INJECTED_FAILURE(site) (::dflash::injected_failure_due(::dflash::FailureSite::site))
 
 // Hands the mutation to the device code of the files that hold device-side hooks (a __device__
-// constant per file, testing/fault_points.cuh).
+// constant per file, testing/fault_points.cuh), and to kernel_mutation().
 void set_device_mutation(Mutation mutation);
 void set_device_mutation_attention(Mutation mutation);
 void set_device_mutation_elementwise(Mutation mutation);
 void set_device_mutation_gemm_mma(Mutation mutation);
+void set_device_mutation_gemm_fallback(Mutation mutation);
+// The mutation of the CUDA drafter constructed last (the process's DFLASH_FAULT), for the host hooks
+// of kernel launchers that have no drafter at hand (the library GEMMs): DFLASH_MUTATE(kernel_mutation(), ...).
+void set_kernel_mutation(Mutation mutation);
+Mutation kernel_mutation();
 
 // Host-side helpers of the hooks that need more than one statement.
 // An E4M3 weight's row scales taken for E4M3FNUZ's range (largest 240) while its codes use E4M3's
@@ -84,6 +100,12 @@ void plant_fnuz_row_scales(const float* scales, int64_t rows, bool e4m3);
 void plant_bf16_inv_freq(std::vector<float>& inv_freq);
 // The block tables written page-major ([page][sequence]) into a buffer read sequence-major.
 void plant_page_major_tables(int32_t* tables, int batch, int max_pages_per_seq);
+// kCutlassNeighbourScale: a copy of an E4M3 weight's row scales in which each row of its last tile
+// of 128 rows (CUTLASS's tile of weight rows) has its neighbour's scale (row n + 1's; the tile's
+// last row its first row's), made at construction (graph capture allocates nothing);
+// planted_neighbour_scales returns the copy made for `scale`, or `scale` when none was.
+void plant_neighbour_scales(const float* scale, int64_t rows);
+const float* planted_neighbour_scales(const float* scale);
 // The block's K and V rows ([rows, kv_dim] bf16) also copied into the last slots of a layer's pools
 // (stream-ordered, after the forward's last kernel).
 void plant_block_rows_in_pool(const uint16_t* k_block, const uint16_t* v_block, uint16_t* k_pool, uint16_t* v_pool,

@@ -21,6 +21,12 @@ enum class PlantedFault {
   kReadsPastWindow,  // attention is also handed the slot after the window's newest (one row too many)
   kStaleKey,         // once, in a window of at least kStaleKeyWindow positions, one slot keeps the K/V
                      // of the position before it (a single stale key among hundreds)
+  // Stale-graph classes, emulated as a CUDA drafter with graphs after one eager pass per shape
+  // (width, batch) would compute them: its second propose captures, later ones replay.
+  kBakedPageTable,      // replays read the block tables last uploaded, by batch slot (page 0 past
+                        // their end): the page table baked at capture
+  kStaleAttentionPlan,  // replays attend to at most as many positions as the longest window at the
+                        // capture (the oldest ones): the attention plan of another window geometry
 };
 // The shortest window kStaleKey is planted in: long enough that one key weighs little in attention.
 constexpr int64_t kStaleKeyWindow = 512;
@@ -37,6 +43,18 @@ enum class Fp8Fault {
   // The other GEMMs are untouched: the drafter runs, with no error, and its acceptance collapses.
   kQuantizedDrafter,
 };
+
+// A rounding bug planted in the reference's bf16 storage (bf16 and fp8 modes), for the negative
+// controls of the rounding-bias check (compare/rounding_bias.h): values cut to bf16 toward zero
+// instead of to the nearest, each error under one ulp and so under every per-row bound.
+enum class RoundingFault {
+  kNone,
+  kTruncatedKvStore,     // the context K and V written to the pools
+  kTruncatedActivation,  // the MLP activation silu(gate)·up (the CUDA drafter's SwiGLU epilogue)
+};
+
+// "truncated-kv-store", "truncated-swiglu"; "" for kNone.
+const char* rounding_fault_name(RoundingFault fault);
 
 // "neighbour-row-scale", "skipped-k-tile", "quantized-drafter"; "" for kNone.
 const char* fp8_fault_name(Fp8Fault fault);
@@ -59,6 +77,15 @@ inline const char* fp8_fault_name(Fp8Fault fault) {
     case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
     case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
     case Fp8Fault::kQuantizedDrafter: return "quantized-drafter";
+  }
+  return "";
+}
+
+inline const char* rounding_fault_name(RoundingFault fault) {
+  switch (fault) {
+    case RoundingFault::kNone: return "";
+    case RoundingFault::kTruncatedKvStore: return "truncated-kv-store";
+    case RoundingFault::kTruncatedActivation: return "truncated-swiglu";
   }
   return "";
 }

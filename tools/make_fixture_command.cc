@@ -35,7 +35,9 @@ int run_make_fixture(MakeFixtureArgs& args) {
   std::cout << "seed " << o.seed << "\n" << std::flush;
   make_synthetic_fixture(args.out_dir, o);
   std::cout << "wrote a " << o.geometry << " fixture to " << args.out_dir << " (seed " << o.seed << ", "
-            << (o.context_rows.empty() ? std::to_string(o.steps) + " steps" : "the fixed batch of --context-rows")
+            << (!o.script.empty()            ? std::string("the steps of --script")
+                : o.context_rows.empty() ? std::to_string(o.steps) + " steps"
+                                         : std::string("the fixed batch of --context-rows"))
             << ", expectations: " << o.expect_precision << ")\n";
   return kExitPass;
 }
@@ -68,6 +70,10 @@ Command add_make_fixture_command(CLI::App& app) {
                   "A fixed batch instead of the random trace: new context rows per propose, ',' between "
                   "proposes, '/' between sequences (e.g. 2,1,1/7,0,0); every sequence proposes in every step "
                   "while it has entries; --steps, --sequences and --prompt-rows are then unused");
+  cmd->add_option("--script", o.script,
+                  "A scripted trace instead of the random one: steps separated by ';', each 'W:S+N,S+N' (a "
+                  "propose at width W, sequence S bringing N new context rows, in batch order) or 'r:S,S' (a "
+                  "release), e.g. '8:0+20; 8:0+3,1+30; r:0'");
   cmd->add_option("--ctx-scale", o.ctx_scale, "Context features drawn from U(-s, s)")->capture_default_str();
   cmd->add_flag("--tied-logits", o.tied_logits, "lm_head rows equal in pairs: every argmax is an exact tie");
   cmd->add_flag("--without-taps", o.without_taps,

@@ -230,6 +230,7 @@ void CudaDrafter::upload_weights() {
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
   DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
+  DFLASH_MUTATE(mutation_, kCutlassNeighbourScale, for (const DeviceLayerWeights& l : weights_.layers) for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) plant_neighbour_scales(w->view().scale, w->view().n); plant_neighbour_scales(weights_.lm_head.view().scale, weights_.lm_head.view().n));
   inv_freq_.allocate(rope_.inv_freq.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 

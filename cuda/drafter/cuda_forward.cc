@@ -283,6 +283,7 @@ void CudaDrafter::upload_step(const std::vector<ProposeInput>& batch) {
   up(d_window_begin_, h_window_begin_, static_cast<size_t>(nb));
   up(d_window_length_, h_window_length_, static_cast<size_t>(nb));
   up(d_first_page_, h_first_page_, static_cast<size_t>(nb));
+  DFLASH_UNLESS_MUTANT(mutation_, kBakedPageTable, options_.graphs && graphs_.count(std::make_pair(width, nb)) && graphs_[std::make_pair(width, nb)].exec)
   up(d_block_tables_, h_block_tables_, static_cast<size_t>(nb) * max_pages_per_seq_);
   DFLASH_UNLESS_MUTANT(mutation_, kGraphBakedPositions,
                        options_.graphs && graphs_.count(std::make_pair(width, nb)) && graphs_[std::make_pair(width, nb)].exec)
@@ -298,6 +299,8 @@ const char* CudaDrafter::run_block_forward(int batch, int width) {
     enqueue_block_forward(batch, width, nullptr);
     return "eager";
   }
+  DFLASH_MUTATE(mutation_, kGraphKeyedByWidth, for (auto& [key, other] : graphs_) if (key.first == width && key.second != batch && other.exec) { DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
+  DFLASH_MUTATE(mutation_, kPaddedWidthGraph, for (auto& [key, other] : graphs_) if (key.second == batch && key.first > width && other.exec) { DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
   GraphEntry& entry = graphs_[{width, batch}];
   if (entry.exec == nullptr && entry.eager_runs < options_.warmup) {
     enqueue_block_forward(batch, width, nullptr);
@@ -547,6 +550,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     att.head_dim = config_.head_dim;
     att.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
     att.max_chunks = max_chunks_;
+    DFLASH_MUTATE(mutation_, kStaleAttentionPlan, att.max_chunks = static_cast<int>((*std::max_element(h_window_length_.get(), h_window_length_.get() + batch) + width + kAttentionChunk - 1) / kAttentionChunk));
     att.sm_count = sm_count_;
     att.max_block_width = max_width_;
     DFLASH_MUTATE(mutation_, kGammaSizedBuffer, att.max_block_width = settings_.gamma);

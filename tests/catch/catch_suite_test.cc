@@ -40,28 +40,46 @@ std::string fixture_path(const std::string& relative) { return std::string(DFLAS
 // must stand out of a real drafter's tolerance (an fp64 lane's bound would flag far less).
 constexpr Precision kLanePrecision = Precision::kFp32;
 
+// How a row's drafter is replayed: at `precision`, alone against the fixture, or (`tight`) as the
+// candidate of the working reference at the same precision, the pair of the tight model that
+// `dflash-harness replay --backend both` forms with a CUDA drafter (docs/tolerances.md §4).
+struct Lanes {
+  Precision precision = kLanePrecision;
+  bool tight = false;
+};
+
 // As `dflash-harness replay` runs a drafter: freed pages poisoned, and the stored K/V checked
 // against the reference's recomputation (compare/kv_invariants.h) after every step.
-ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, Precision precision = kLanePrecision) {
+ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, const Lanes& lanes = {}) {
   Fixture fixture = read_fixture(fixture_path(fixture_dir));
   fixture.load_weights();
   HeadSettings head = fixture.head;
   head.poison_freed_pages = true;
-  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, precision);
+  const Precision p = lanes.precision;
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
-  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, precision, window);
-  return replay_fixture(fixture, {{proposer.get(), precision, true, recompute}}, {});
+  std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, p);
+  ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, p, window);
+  if (!lanes.tight) return replay_fixture(fixture, {{proposer.get(), p, true, recompute}}, {});
+  std::unique_ptr<DraftProposer> working = prop::reference_backend().build(fixture.config, fixture.weights, head, p);
+  return replay_fixture(fixture, {{working.get(), p, true, recompute}, {proposer.get(), p, false, recompute}},
+                        {{0, 1}});
 }
 
-// The drafter's mean greedy acceptance length (compare/acceptance.h) against the fixture's target
-// side, or, for a fixture without one, against a target that drafts as the fixture's fp64
-// expectations (its draft tokens: what the working reference drafts, up to exact ties).
-std::optional<double> mean_acceptance_length(const ReplayResult& r) {
-  if (const SideAcceptance* side = r.acceptance.side_of_lane(0)) return side->mean_length;
+// The drafter under test: the only lane, or in a tight replay the candidate beside the working
+// reference.
+int lane_under_test(const Lanes& lanes) { return lanes.tight ? 1 : 0; }
+
+// The mean greedy acceptance length (compare/acceptance.h) of the drafter under test against the
+// fixture's target side, or, for a fixture without one, against a target that drafts as its
+// comparison's expected side: the fixture's fp64 expectations (what the working reference drafts,
+// up to exact ties), or in a tight replay the working reference at the same precision.
+std::optional<double> mean_acceptance_length(const ReplayResult& r, const Lanes& lanes) {
+  const int lane = lane_under_test(lanes);
+  if (const SideAcceptance* side = r.acceptance.side_of_lane(lane)) return side->mean_length;
   double sum = 0;
   int blocks = 0;
   for (const SequenceResult& s : r.sequences) {
-    if (s.pair != 0 || !s.tokens) continue;
+    if (r.pairs[static_cast<size_t>(s.pair)].actual_lane != lane || !s.tokens) continue;
     std::vector<int32_t> expected, actual;
     for (const TokenRow& row : s.tokens->rows) {
       expected.push_back(row.expected);
@@ -75,8 +93,8 @@ std::optional<double> mean_acceptance_length(const ReplayResult& r) {
 }
 
 // "-1.77 (2.77 -> 1.00; canary, pinned)": the bug's change against the working drafter's.
-std::string acceptance_change(const std::optional<double>& working, const ReplayResult& broken) {
-  const std::optional<double> length = mean_acceptance_length(broken);
+std::string acceptance_change(const std::optional<double>& working, const ReplayResult& broken, const Lanes& lanes) {
+  const std::optional<double> length = mean_acceptance_length(broken, lanes);
   if (!working || !length) return "-";
   std::string checks;
   for (const AcceptanceFailure& f : broken.acceptance.failures) {
@@ -108,7 +126,7 @@ CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
 struct ReplayBug {
   PlantedBug bug;
   std::function<Backend(const Backend&)> breaker;
-  Precision precision = kLanePrecision;
+  Lanes lanes = {};
 };
 
 // The reference with a planted fp8 GEMM bug (testing/reference_faults.h), an fp8 drafter.
@@ -155,10 +173,31 @@ std::vector<ReplayBug> replay_bugs() {
       // The context keys go through the broken k_proj before any block row: kv-stored comes first.
       {{"skipped-k-tile", "fp8 GEMM K tile (fp8)", CatchCheck::kInvariant, "kv-stored", "acceptance/target-is-reference"},
        fp8_planting(Fp8Fault::kSkippedKTile),
-       Precision::kFp8},
+       {Precision::kFp8, false}},
       {{"quantized-drafter", "quantized drafter (fp8)", replay, "logits", "acceptance/controlled-distance"},
        fp8_planting(Fp8Fault::kQuantizedDrafter),
-       Precision::kFp8},
+       {Precision::kFp8, false}},
+      // Rounding toward zero: every error under one ulp, so only the rounding-bias check of the
+      // pairs that round at the same points sees it (the stored K/V against their recomputation;
+      // the working reference against the planted one, both bf16).
+      {{"truncated-kv-store", "rounding bias", CatchCheck::kInvariant, "kv-stored", "oracle/tiny-gqa"},
+       prop::planting(RoundingFault::kTruncatedKvStore), {Precision::kBf16, false}},
+      {{"truncated-swiglu", "rounding bias", replay, "L0.mlp", "oracle/tiny-gqa"},
+       prop::planting(RoundingFault::kTruncatedActivation), {Precision::kBf16, true}},
+      // The stale-graph classes on a trace that interleaves widths, batches, releases and window
+      // growth (blind-spots/serving-loop), as a CUDA drafter with graphs after one eager pass would
+      // compute them: a graph of another batch, or of a wider block, serves a propose; a baked page
+      // table, or a plan of a shorter window, feeds attention. The fixture holds logits and draft
+      // tokens only, so each is first seen at the logits.
+      {{"graph-keyed-by-width", "graph keyed by width alone", replay, "logits", "blind-spots/serving-loop"},
+       prop::graph_keyed_by_width},
+      {{"baked-page-table", "page table baked at capture", replay, "logits", "blind-spots/serving-loop"},
+       prop::planting(PlantedFault::kBakedPageTable, "baked-page-table")},
+      {{"padded-width-graph", "scratch shared between two widths", replay, "logits", "blind-spots/serving-loop"},
+       prop::padded_width_graph},
+      {{"stale-attention-plan", "stale attention plan after a window change", replay, "logits",
+        "blind-spots/serving-loop"},
+       prop::planting(PlantedFault::kStaleAttentionPlan, "stale-attention-plan")},
   };
 }
 
@@ -166,14 +205,21 @@ std::vector<ReplayBug> replay_bugs() {
 // refused call): their property is the check. The declared name is the property's message.
 std::vector<std::string> property_only_variants() { return {"NonAtomicExhaustion", "PageDependent", "Nondeterministic"}; }
 
-// Each fixture the suite uses with the precision its rows run it at.
-std::vector<std::pair<std::string, Precision>> fixtures_of(const std::vector<ReplayBug>& bugs) {
-  std::vector<std::pair<std::string, Precision>> runs;
+// "oracle/tiny-gqa (bf16, tight)"
+std::string replay_name(const std::string& dir, const Lanes& lanes) {
+  return dir + " (" + precision_name(lanes.precision) + (lanes.tight ? ", tight" : "") + ")";
+}
+
+// Every (fixture, lanes) the rows replay, once each.
+std::vector<std::pair<std::string, Lanes>> replays_of(const std::vector<ReplayBug>& bugs) {
+  std::vector<std::pair<std::string, Lanes>> replays;
   for (const ReplayBug& b : bugs) {
-    const std::pair<std::string, Precision> run{b.bug.where, b.precision};
-    if (std::find(runs.begin(), runs.end(), run) == runs.end()) runs.push_back(run);
+    const bool seen = std::any_of(replays.begin(), replays.end(), [&](const auto& r) {
+      return r.first == b.bug.where && r.second.precision == b.lanes.precision && r.second.tight == b.lanes.tight;
+    });
+    if (!seen) replays.emplace_back(b.bug.where, b.lanes);
   }
-  return runs;
+  return replays;
 }
 
 // The naming rule: the earliest step; within a step ctx_proj, kv-stored, other stages, other invariants.
@@ -197,10 +243,10 @@ TEST(CatchSuite, FirstFailureFollowsTheOrderOfAPropose) {
 // The control: the working reference passes every fixture the suite uses (no false alarm).
 TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
   const Backend working = prop::reference_backend();
-  for (const auto& [dir, precision] : fixtures_of(replay_bugs())) {
-    SCOPED_TRACE(dir + " " + precision_name(precision));
-    const ReplayResult result = replay_on(working, dir, precision);
-    EXPECT_TRUE(result.passed()) << dir << ": "
+  for (const auto& [dir, lanes] : replays_of(replay_bugs())) {
+    SCOPED_TRACE(replay_name(dir, lanes));
+    const ReplayResult result = replay_on(working, dir, lanes);
+    EXPECT_TRUE(result.passed()) << replay_name(dir, lanes) << ": "
                                  << (result.first_divergence ? describe_divergence(*result.first_divergence)
                                                              : std::string("an invariant failed"));
   }
@@ -208,16 +254,17 @@ TEST(CatchSuite, WorkingReferencePassesEveryFixture) {
 
 TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
   const Backend working = prop::reference_backend();
-  std::map<std::pair<std::string, Precision>, std::optional<double>> working_length;
-  for (const auto& run : fixtures_of(replay_bugs())) {
-    working_length[run] = mean_acceptance_length(replay_on(working, run.first, run.second));
+  std::map<std::string, std::optional<double>> working_length;  // by replay_name
+  for (const auto& [dir, lanes] : replays_of(replay_bugs())) {
+    working_length[replay_name(dir, lanes)] = mean_acceptance_length(replay_on(working, dir, lanes), lanes);
   }
   std::vector<CatchResult> results;
   for (const ReplayBug& b : replay_bugs()) {
     try {
-      const ReplayResult broken = replay_on(b.breaker(working), b.bug.where, b.precision);
+      const ReplayResult broken = replay_on(b.breaker(working), b.bug.where, b.lanes);
       results.push_back(judge_replay(b.bug, broken));
-      results.back().acceptance = acceptance_change(working_length[{b.bug.where, b.precision}], broken);
+      results.back().acceptance =
+          acceptance_change(working_length[replay_name(b.bug.where, b.lanes)], broken, b.lanes);
     } catch (const HarnessError& e) {
       CatchResult r{b.bug};
       r.detail = std::string("replay stopped: ") + e.what();
@@ -237,9 +284,28 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
     }
     results.push_back(r);
   }
+  // Property 11 against the stale-graph classes, from seed 1 (the CUDA plants' CPU emulations).
+  const std::map<std::string, std::string> classes = {
+      {"GraphKeyedByWidth", "graph keyed by width alone"},
+      {"PageTableBakedAtCapture", "page table baked at capture"},
+      {"PaddedWidthGraph", "scratch shared between two widths"},
+      {"StaleAttentionPlan", "stale attention plan after a window change"}};
+  for (const prop::BrokenVariant& v : prop::serving_loop_variants()) {
+    CatchResult r{{v.name, classes.at(v.name), CatchCheck::kProperty, v.expected_message, "property 11, seed 1"}};
+    std::string failure;
+    if (prop::property_fails(v.cases, /*seed=*/1, [&] { v.property(working, v.breaker(working)); }, &failure)) {
+      r.caught = true, r.check = CatchCheck::kProperty;
+      r.named = failure.find(v.expected_message) != std::string::npos ? v.expected_message : failure.substr(0, 60);
+      r.detail = failure;
+    }
+    results.push_back(r);
+  }
 
   const std::string table = format_catch_table(results);
   std::cout << table << catch_summary(results) << "\n";
+  for (const CatchResult& r : results) {  // the harness's own words for each catch
+    if (r.caught && r.check != CatchCheck::kProperty) std::cout << "  " << r.bug.id << ": " << r.detail << "\n";
+  }
   std::ofstream("catch-table.md") << table;
   for (const CatchResult& r : results) {
     EXPECT_TRUE(r.as_declared()) << r.bug.id << " on " << r.bug.where << ": "

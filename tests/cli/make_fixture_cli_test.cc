@@ -82,6 +82,31 @@ TEST(MakeFixtureCli, ContextRowsMakeOneFixedBatch) {
   }
 }
 
+TEST(MakeFixtureCli, ScriptMakesItsTraceAndRefusesBadStepsByName) {
+  const std::string dir = scratch_dir("script");
+  const RunResult made = make(dir, {"--geometry", "tiny-gqa", "--max-batch", "2", "--without-taps", "--script",
+                                    "8:0+3; 4:1+5,0+1; r:0; 8:2+2,1+0"});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const RunResult inspect = run_harness({"inspect", dir});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("step 1: propose [seq 1, 5 rows, start 5, width 4] [seq 0, 1 rows, start 4, width 4]"),
+            std::string::npos)
+      << inspect.output;
+  EXPECT_NE(inspect.output.find("step 2: release 0"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("step 3: propose [seq 2, 2 rows, start 2, width 8] [seq 1, 0 rows, start 5, width 8]"),
+            std::string::npos)
+      << inspect.output;
+  EXPECT_EQ(run_harness({"replay", dir}).exit_code, 0);
+  // Syntax, a sequence that joins empty, one that comes back, twice in a batch, too many at once.
+  for (const char* bad : {"8:0+3;;", "8:0", "x:0+1", "8:0+0", "8:0+1; r:0; 8:0+1", "8:0+1,0+2", "8:0+1,1+1,2+1",
+                          "r:3"}) {
+    const RunResult refused = make(scratch_dir("bad"), {"--max-batch", "2", "--script", bad});
+    EXPECT_EQ(refused.exit_code, 2) << bad << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("--script"), std::string::npos) << bad << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("step"), std::string::npos) << bad << "\n" << refused.output;
+  }
+}
+
 TEST(MakeFixtureCli, BadOptionsExitTwo) {
   EXPECT_EQ(make(scratch_dir("x"), {"--geometry", "tiny-moe"}).exit_code, 2);
   const RunResult steps = make(scratch_dir("y"), {"--steps", "0"});

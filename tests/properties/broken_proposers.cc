@@ -175,6 +175,114 @@ class StaleGraphReplay : public ForwardingProposer {
   std::map<std::pair<size_t, int>, std::vector<ProposeOutput>> captured_;
 };
 
+// Which (width, batch) shapes a CUDA drafter with one eager pass per shape holds graphs of: a
+// shape's second propose captures it (testing/reference_faults.h, the graph faults).
+class GraphBook {
+ public:
+  void count(int width, int batch) { ++proposes_[{width, batch}]; }
+  // The first captured shape that `pick(width, batch)` accepts, or nullptr.
+  template <typename Pick>
+  const std::pair<int, int>* find(Pick pick) const {
+    for (const auto& [shape, proposes] : proposes_) {
+      if (proposes >= 2 && pick(shape.first, shape.second)) return &shape;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::map<std::pair<int, int>, int> proposes_;
+};
+
+// The device's logits and tokens buffers, by flat draft row (sequence b, row i of width w at
+// b·(w - 1) + i): what a graph that did not write a row leaves there to be read back.
+class DraftRowBuffers {
+ public:
+  void store(const std::vector<ProposeOutput>& outputs, size_t sequences, int width) {
+    for (size_t b = 0; b < sequences && b < outputs.size(); ++b) {
+      for (int64_t i = 0; i < width - 1; ++i) {
+        const int64_t row = static_cast<int64_t>(b) * (width - 1) + i;
+        const float* src = outputs[b].logits.row(i);
+        std::vector<float>& dst = logits_[row];
+        dst.assign(src, src + outputs[b].logits.cols());
+        tokens_[row] = outputs[b].draft_tokens[static_cast<size_t>(i)];
+      }
+    }
+  }
+  // Flat draft rows [first, first + rows) as one sequence's logits and tokens.
+  void read(int64_t first, int64_t rows, ProposeOutput* out) const {
+    const int64_t vocab = out->logits.cols();
+    out->logits = Tensor::zeros({rows, vocab});
+    out->draft_tokens.assign(static_cast<size_t>(rows), 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      const auto logits = logits_.find(first + i);
+      if (logits != logits_.end()) std::copy(logits->second.begin(), logits->second.end(), out->logits.row(i));
+      const auto token = tokens_.find(first + i);
+      if (token != tokens_.end()) out->draft_tokens[static_cast<size_t>(i)] = token->second;
+    }
+    sync_logits_tap(*out);
+  }
+
+ private:
+  std::map<int64_t, std::vector<float>> logits_;
+  std::map<int64_t, int32_t> tokens_;
+};
+
+class GraphKeyedByWidth : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    const int width = block_g(), n = static_cast<int>(batch.size());
+    const std::pair<int, int>* other = graphs_.find([&](int w, int b) { return w == width && b != n; });
+    if (other == nullptr) {
+      graphs_.count(width, n);
+      buffers_.store(outputs, outputs.size(), width);
+      return outputs;
+    }
+    // The other batch's graph ran: its sequences are right, the ones past it read stale rows.
+    const size_t ran = static_cast<size_t>(other->second);
+    buffers_.store(outputs, ran, width);
+    for (size_t b = ran; b < outputs.size(); ++b) {
+      buffers_.read(static_cast<int64_t>(b) * (width - 1), width - 1, &outputs[b]);
+    }
+    return outputs;
+  }
+
+ private:
+  GraphBook graphs_;
+  DraftRowBuffers buffers_;
+};
+
+class PaddedWidthGraph : public ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
+    const int width = block_g(), n = static_cast<int>(batch.size());
+    const std::pair<int, int>* wider = graphs_.find([&](int w, int b) { return b == n && w > width; });
+    if (wider == nullptr) {
+      graphs_.count(width, n);
+      return ForwardingProposer::propose(batch, want_taps);
+    }
+    // The wider block runs (the same context rows, more mask rows), and its draft rows are read
+    // back as if they were this width's.
+    const int wide = wider->first;
+    inner().set_block_g(wide);
+    std::vector<ProposeOutput> outputs = ForwardingProposer::propose(batch, want_taps);
+    inner().set_block_g(width);
+    DraftRowBuffers buffers;
+    buffers.store(outputs, outputs.size(), wide);
+    for (size_t b = 0; b < outputs.size(); ++b) {
+      outputs[b].block_width = width;
+      outputs[b].taps.clear();  // the wide block's taps have another shape
+      buffers.read(static_cast<int64_t>(b) * (width - 1), width - 1, &outputs[b]);
+    }
+    return outputs;
+  }
+
+ private:
+  GraphBook graphs_;
+};
+
 class UnflooredClamp : public ForwardingProposer {
  public:
   using ForwardingProposer::ForwardingProposer;
@@ -295,6 +403,11 @@ Backend page_dependent(const Backend& backend) { return wrap_with<PageDependent>
 Backend nondeterministic(const Backend& backend) { return wrap_with<Nondeterministic>(backend, "nondeterministic"); }
 Backend highest_index_ties(const Backend& backend) { return wrap_with<HighestIndexTies>(backend, "highest-index-ties"); }
 Backend stale_graph_replay(const Backend& backend) { return wrap_with<StaleGraphReplay>(backend, "stale-graph-replay"); }
+
+Backend graph_keyed_by_width(const Backend& backend) {
+  return wrap_with<GraphKeyedByWidth>(backend, "graph-keyed-by-width");
+}
+Backend padded_width_graph(const Backend& backend) { return wrap_with<PaddedWidthGraph>(backend, "padded-width-graph"); }
 
 Backend unfloored_clamp(const Backend& backend) { return wrap_with<UnflooredClamp>(backend, "unfloored-clamp"); }
 Backend stale_context_row(const Backend& backend) { return wrap_with<StaleContextRow>(backend, "stale-context-row"); }

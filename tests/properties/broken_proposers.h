@@ -36,6 +36,16 @@ Backend default_rope_theta(const Backend& backend);
 // returns that earlier one's logits and draft tokens.
 Backend stale_graph_replay(const Backend& backend);
 
+// Stale-graph classes, as a CUDA drafter with one graph per (width, batch) and one eager pass
+// before each capture would show them (a shape's second propose captures, later ones replay):
+// A graph keyed by the width alone: a propose whose width has a graph captured at another batch
+// size replays that graph; the sequences past its batch get the logits and tokens the buffers
+// still hold (what an earlier propose left in those rows, zeros before any).
+Backend graph_keyed_by_width(const Backend& backend);
+// Scratch shared between two widths: a propose whose batch size has a graph captured at a wider
+// width replays that one (a padded block) and reads its logits back with its own width's layout.
+Backend padded_width_graph(const Backend& backend);
+
 // RMSNorm's eps silently dropped (every norm; 1e-30 stands in for 0, which the config refuses), while the config reports the real one.
 Backend ignored_norm_eps(const Backend& backend);
 // Widths below 2 are not floored: a propose at width 0 or 1 returns that many block rows

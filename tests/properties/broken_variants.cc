@@ -39,8 +39,11 @@ std::vector<BrokenVariant> generic_broken_variants() {
 void expect_caught(const Backend& base, const BrokenVariant& variant) {
   const Backend broken = variant.breaker(base);
   std::string failure;
-  const bool caught = property_fails(variant.cases, /*seed=*/1, [&] { variant.property(base, broken); }, &failure);
-  if (std::getenv("DFLASH_PROP_VERBOSE")) std::cout << variant.name << " caught as:\n" << failure << "\n";
+  const bool caught = property_fails(variant.cases, /*seed=*/1, [&] { variant.property(base, broken); }, &failure,
+                                     variant.shrink);
+  if (variant.shrink || std::getenv("DFLASH_PROP_VERBOSE")) {
+    std::cout << variant.name << " caught as" << (variant.shrink ? " (shrunk)" : "") << ":\n" << failure << "\n";
+  }
   ASSERT_TRUE(caught) << variant.name << ": " << broken.name << " passed " << variant.cases
                       << " cases: the property cannot tell it from a working proposer. " << failure;
   EXPECT_NE(failure.find(variant.expected_message), std::string::npos)

@@ -19,6 +19,7 @@ struct BrokenVariant {
   std::function<Backend(const Backend&)> breaker;     // working backend -> broken variant
   std::string expected_message;                       // the counterexample must say this
   int cases = 200;                                    // most cases searched for the counterexample
+  bool shrink = false;                                // shrink the counterexample and print it
 };
 
 // GoogleTest prints a parameter by its name.
@@ -31,8 +32,15 @@ std::vector<BrokenVariant> generic_broken_variants();
 // wrong slot written, a block row kept, a stale slot read, one row read past the window. Each must
 // fail with the name of the stored-state check that sees it (reference_backend.cc).
 std::vector<BrokenVariant> planted_fault_variants();
+// Property 11's plants (the stale-graph classes): a graph keyed by the width alone, a page table
+// baked at capture, a wider width's graph serving a narrower one (scratch shared between two
+// widths), an attention plan of another window geometry. Each is caught with a shrunk
+// counterexample, printed.
+std::vector<BrokenVariant> serving_loop_variants();
 // The reference with `fault` planted (ReferenceOptions::fault), named "<base>+<name>".
 std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name);
+// The reference with a rounding fault planted (ReferenceOptions::rounding_fault; bf16 and fp8 only).
+std::function<Backend(const Backend&)> planting(RoundingFault fault);
 
 // Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
 void expect_caught(const Backend& base, const BrokenVariant& variant);

@@ -13,6 +13,7 @@
 #include "tests/properties/broken_variants.h"
 #include "tests/properties/property_check.h"
 #include "tests/properties/proposer_properties.h"
+#include "tests/properties/serving_loop.h"
 #include "reference/reference_drafter.h"
 
 namespace dflash::prop {
@@ -79,6 +80,27 @@ TEST(CudaProperties, P8_GraphReplayEqualsEagerBitForBit) {
   EXPECT_GE(changed * 10, cases) << changed << " of " << cases << " cases replayed a graph with new positions";
 }
 
+// Property 11, the serving loop: the reference serving a trace against a fresh reference fed each
+// history (CI); the CUDA drafter with graphs against a fresh one without, on a device.
+TEST(ReferenceProperties, P11_ServingLoop) {
+  const Backend reference = reference_backend();
+  check_property(reference.default_cases, [&] { serving_loop_property(reference, reference); });
+}
+
+TEST(CudaProperties, P11_ServingLoop) {
+  const Backend graphs = cuda_backend(/*graphs=*/true);
+  if (!graphs.unavailable.empty()) GTEST_SKIP() << graphs.unavailable;
+  const Backend eager = cuda_backend(/*graphs=*/false);
+  int cases = 0, replays = 0;
+  check_property(graphs.default_cases, [&] {
+    ++cases;
+    serving_loop_property(graphs, eager, &replays);
+  });
+  // A replay needs a shape's third propose (warmup 1); the traces of up to 14 steps over three
+  // widths reach one often. A tenth of the cases is the floor that shows replays were judged.
+  EXPECT_GE(replays * 10, cases) << replays << " of " << cases << " cases replayed a graph";
+}
+
 // Each property must fail on its broken variant of the reference (none can pass vacuously).
 class ReferenceBrokenVariants : public ::testing::TestWithParam<BrokenVariant> {};
 TEST_P(ReferenceBrokenVariants, AreCaught) { expect_caught(reference_backend(), GetParam()); }
@@ -90,6 +112,10 @@ INSTANTIATE_TEST_SUITE_P(Reference, ReferenceBrokenVariants, ::testing::ValuesIn
 // as NaN in the outputs (freed pages are poisoned); P2 sees attention reading one row too many.
 INSTANTIATE_TEST_SUITE_P(ReferencePlantedFaults, ReferenceBrokenVariants,
                          ::testing::ValuesIn(planted_fault_variants()),
+                         [](const ::testing::TestParamInfo<BrokenVariant>& info) { return info.param.name; });
+
+// Property 11 against its four plants (the stale-graph classes), each with a shrunk counterexample.
+INSTANTIATE_TEST_SUITE_P(ReferenceServingLoopPlants, ReferenceBrokenVariants, ::testing::ValuesIn(serving_loop_variants()),
                          [](const ::testing::TestParamInfo<BrokenVariant>& info) { return info.param.name; });
 
 // Property 7's body, run on the CPU: a candidate that took rope_theta from its default must be

@@ -115,11 +115,12 @@ void check_property_in_test(const rc::detail::Property& property, int default_ca
   ADD_FAILURE() << message.str();
 }
 
-bool find_counterexample(const rc::detail::Property& property, int cases, uint64_t seed, std::string* failure) {
+bool find_counterexample(const rc::detail::Property& property, int cases, uint64_t seed, std::string* failure,
+                         bool shrink) {
   rc::detail::TestParams params;
   params.maxSuccess = cases;
   params.seed = seed;
-  params.disableShrinking = true;  // the counterexample's existence is the point, not its size
+  params.disableShrinking = !shrink;  // mostly the counterexample's existence is the point, not its size
   SilentListener listener;
   const rc::detail::TestResult result =
       rc::detail::checkProperty(property, rc::detail::TestMetadata{}, params, listener, {});

@@ -35,14 +35,15 @@ void check_property(int default_cases, Testable&& testable) {
 // Fails the current RapidCheck case with exactly this message (RC_FAIL also prints its source text).
 [[noreturn]] void fail_case(const std::string& message);
 
-// For deliberately broken variants: runs `property` quietly (no shrinking, no reproduce record)
-// for up to `cases` cases from `seed`. Returns true when a counterexample was found and writes
-// RapidCheck's description of it to `failure`.
-bool find_counterexample(const rc::detail::Property& property, int cases, uint64_t seed, std::string* failure);
+// For deliberately broken variants: runs `property` quietly (no reproduce record; shrinking only
+// with `shrink`) for up to `cases` cases from `seed`. Returns true when a counterexample was found
+// and writes RapidCheck's description of it to `failure`.
+bool find_counterexample(const rc::detail::Property& property, int cases, uint64_t seed, std::string* failure,
+                         bool shrink = false);
 
 template <typename Testable>
-bool property_fails(int cases, uint64_t seed, Testable&& testable, std::string* failure) {
-  return find_counterexample(rc::detail::toProperty(std::forward<Testable>(testable)), cases, seed, failure);
+bool property_fails(int cases, uint64_t seed, Testable&& testable, std::string* failure, bool shrink = false) {
+  return find_counterexample(rc::detail::toProperty(std::forward<Testable>(testable)), cases, seed, failure, shrink);
 }
 
 }  // namespace dflash::prop

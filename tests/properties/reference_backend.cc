@@ -2,7 +2,9 @@
 #include "reference/reference_options.h"
 #include "tests/properties/backends.h"
 #include "tests/properties/broken_variants.h"
+#include "tests/properties/broken_proposers.h"
 #include "tests/properties/proposer_properties.h"
+#include "tests/properties/serving_loop.h"
 
 namespace dflash::prop {
 
@@ -15,6 +17,21 @@ std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::s
       ReferenceOptions options;
       options.threads = reference_threads_from_env();
       options.fault = fault;
+      return make_reference_drafter(config, std::move(weights), settings, options);
+    };
+    return b;
+  };
+}
+
+std::function<Backend(const Backend&)> planting(RoundingFault fault) {
+  return [fault](const Backend& base) {
+    Backend b = base;
+    b.name = base.name + "+" + rounding_fault_name(fault);
+    b.make = [fault](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
+                     const HeadSettings& settings) {
+      ReferenceOptions options;
+      options.threads = reference_threads_from_env();
+      options.rounding_fault = fault;
       return make_reference_drafter(config, std::move(weights), settings, options);
     };
     return b;
@@ -57,6 +74,20 @@ std::vector<BrokenVariant> planted_fault_variants() {
        "[logits-finite]"},
       {"ReadsOneRowPastTheWindow", on_broken(context_window_property),
        planting(PlantedFault::kReadsPastWindow, "reads-past-window"), "[attention-window]"},
+  };
+}
+
+std::vector<BrokenVariant> serving_loop_variants() {
+  // Property 11 with the working reference as the fresh eager drafter and the plant as the served one.
+  const auto serving = [](const Backend& working, const Backend& broken) { serving_loop_property(broken, working); };
+  const std::string message = "not bit-identical to a fresh eager drafter";
+  return {
+      {"GraphKeyedByWidth", serving, graph_keyed_by_width, message, 300, true},
+      {"PageTableBakedAtCapture", serving, planting(PlantedFault::kBakedPageTable, "baked-page-table"), message, 300,
+       true},
+      {"PaddedWidthGraph", serving, padded_width_graph, message, 300, true},
+      {"StaleAttentionPlan", serving, planting(PlantedFault::kStaleAttentionPlan, "stale-attention-plan"), message, 300,
+       true},
   };
 }
 

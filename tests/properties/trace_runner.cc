@@ -212,6 +212,7 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
       requests.push_back(ContextRequest{id, first + count, count});
       result.starts[e.seq] = first + count;
       result.counts[e.seq] = count;
+      result.order.push_back(e.seq);
     }
     const bool must_fit = model.fits_in_order(requests);
     const bool cannot_fit = !model.fits_in_total(requests);

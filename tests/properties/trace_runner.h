@@ -39,6 +39,7 @@ struct StepResult {
   std::map<int, ProposeOutput> outputs;    // by trace sequence id
   std::map<int, int64_t> starts;           // anchor position played, by trace sequence id
   std::map<int, int64_t> counts;           // context rows played, by trace sequence id
+  std::vector<int> order;                  // trace sequence ids in the batch order played
 };
 
 struct TraceRun {

@@ -267,6 +267,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 4) qk_norm_rope_kernel(QkNorm
           if (j < half) {
             dst[j] = __float2bfloat16_rn(x1[t][i]);
             dst[j + half] = __float2bfloat16_rn(x2[t][i]);
+            DFLASH_DEVICE_MUTATE(kTruncatedKvStore, if (a.slots != nullptr) { dst[j] = __float2bfloat16_rz(x1[t][i]); dst[j + half] = __float2bfloat16_rz(x2[t][i]); });
           }
         }
         continue;
@@ -289,6 +290,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 4) qk_norm_rope_kernel(QkNorm
         rotate_pair(a, w, x1[t][i], x2[t][i], r, j, cos_sin[j], cos_sin[half + j], &o1, &o2);
         dst[i1] = __float2bfloat16_rn(o1);
         dst[i2] = __float2bfloat16_rn(o2);
+        DFLASH_DEVICE_MUTATE(kTruncatedKvStore, if (a.slots != nullptr) { dst[i1] = __float2bfloat16_rz(o1); dst[i2] = __float2bfloat16_rz(o2); });
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cuda/kernels/gemm/gemm_cutlass_mixed.h"
+#include "testing/fault_points.h"
 
 namespace dflash {
 
@@ -82,6 +83,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
   }
   if (residual_only && kernel == GemmKernel::kCublasLt && w.format == WeightFormat::kBf16 &&
       cublaslt_matmul_add(ctx, a, lda, m, w, epilogue.residual, epilogue.ld_residual)) {
+    DFLASH_MUTATE(kernel_mutation(), kCublasLtResidualTwice, cublaslt_matmul_add(ctx, a, lda, m, w, epilogue.residual, epilogue.ld_residual));
     return;
   }
   const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
@@ -103,6 +105,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
   GemmEpilogue rest = epilogue;
   if (direct) rest.out = nullptr;  // written
   launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
+  DFLASH_MUTATE(kernel_mutation(), kCublasLtResidualTwice, if (kernel == GemmKernel::kCublasLt && rest.residual != nullptr) launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl));
 }
 
 }  // namespace
@@ -116,6 +119,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
       return;
     case GemmKernel::kCublasLt:
     case GemmKernel::kCutlass:
+      DFLASH_MUTATE(kernel_mutation(), kCutlassNeighbourScale, if (kernel == GemmKernel::kCutlass) { DeviceMatrixView planted = w; planted.scale = planted_neighbour_scales(w.scale); return gemm_library(kernel, ctx, a, lda, m, planted, epilogue); });
       gemm_library(kernel, ctx, a, lda, m, w, epilogue);
       return;
     case GemmKernel::kSimple:

@@ -88,6 +88,7 @@ __device__ __forceinline__ float epilogue_value(const EpilogueArgs& e, float acc
 __device__ __forceinline__ float residual_sum(float residual, float v) { return __fadd_rn(residual, v); }
 // SwiGLU of an interleaved (gate, up) pair of finished values.
 __device__ __forceinline__ __nv_bfloat16 swiglu_value(float gate, float up) {
+  DFLASH_DEVICE_MUTATE(kTruncatedSwiglu, return __float2bfloat16_rz(__fmul_rn(silu(gate), up)));
   return __float2bfloat16_rn(__fmul_rn(silu(gate), up));
 }
 

@@ -294,4 +294,6 @@ void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw,
                 ld_raw, args);
 }
 
+DFLASH_DEVICE_MUTATION_SETTER(gemm_fallback)
+
 }  // namespace dflash
