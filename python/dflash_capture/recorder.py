@@ -14,6 +14,7 @@ from . import rope_hook
 from .drafter_config import DrafterFacts
 from .errors import CaptureError
 from .fixture_steps import FixtureSteps, target_tensors
+from .module_output import output_tensor
 from .stages import tap_width
 from .storage import exact_storage
 from .tap_map import BLOCK, TapMap, detect_tap_map
@@ -26,17 +27,6 @@ def upstream_call(model, noise_embedding, target_hidden, position_ids):
     target_hidden [1, W, nT·Ht] (the window's context rows), position_ids [1, W + B] (context
     positions, then block positions); returns the final-normed hidden states [1, B, H]."""
     return model(position_ids=position_ids, noise_embedding=noise_embedding, target_hidden=target_hidden)
-
-
-def _first_tensor(value, what):
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
-        return value[0]
-    hidden = getattr(value, "last_hidden_state", None)
-    if isinstance(hidden, torch.Tensor):
-        return hidden
-    raise CaptureError(f"{what}: expected a tensor (or a tuple starting with one), got {type(value).__name__}")
 
 
 def _rows(t):
@@ -183,7 +173,8 @@ class Recorder:
         with torch.no_grad(), self._hooks(forward), self._rope_patch():
             previous = rope_hook.set_sink(forward)
             try:
-                hidden = _first_tensor(self.call(self.model, noise, window.unsqueeze(0), positions), "drafter output")
+                hidden = output_tensor(self.call(self.model, noise, window.unsqueeze(0), positions), "drafter output",
+                                       "last_hidden_state")
             finally:
                 rope_hook.set_sink(previous)
             if list(hidden.shape) != [1, B, f.hidden_size]:
@@ -233,7 +224,8 @@ class Recorder:
                 module = modules[source.module]
                 if source.where == "output":
                     handles.append(module.register_forward_hook(
-                        lambda m, args, out, tap=tap: forward.add(tap, _rows(_first_tensor(out, f"tap '{tap}'")))))
+                        lambda m, args, out, tap=tap: forward.add(
+                            tap, _rows(output_tensor(out, f"tap '{tap}'", "last_hidden_state")))))
                 else:
                     def pre(m, args, tap=tap, name=source.module):
                         if not args or not isinstance(args[0], torch.Tensor):

@@ -14,6 +14,7 @@ Two sources, both teacher-forced on the target's own continuation:
 import torch
 
 from .errors import CaptureError
+from .module_output import output_tensor
 from .safetensors_io import read_safetensors
 
 
@@ -57,18 +58,6 @@ class TokenTarget:
         return {"tokens": self.tokens[start + 1:start + B].to(torch.int32)}
 
 
-def _logits_of(output, what):
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    logits = getattr(output, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    raise CaptureError(f"{what}: expected logits (a tensor, a tuple starting with one, or an output with "
-                       f".logits), got {type(output).__name__}")
-
-
 class ModuleTarget:
     """A target module run teacher-forced; `generator` seeds each sequence's prompt of `prompt`
     tokens, `topk` is how many of its logits are kept per position."""
@@ -87,7 +76,7 @@ class ModuleTarget:
     def _logits(self, tokens):
         ids = tokens.to(self._device()).unsqueeze(0)
         with torch.no_grad():
-            logits = _logits_of(self.model(ids), "target module output")
+            logits = output_tensor(self.model(ids), "target module output", "logits")
         if list(logits.shape) != [1, ids.shape[1], self.vocab_size]:
             raise CaptureError(f"target module: returned logits of shape {list(logits.shape)} for {ids.shape[1]} "
                                f"tokens; expected [1, {ids.shape[1]}, vocab_size {self.vocab_size}]")

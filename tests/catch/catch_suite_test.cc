@@ -129,19 +129,6 @@ struct ReplayBug {
   Lanes lanes = {};
 };
 
-// The reference with a planted fp8 GEMM bug (testing/reference_faults.h), an fp8 drafter.
-std::function<Backend(const Backend&)> fp8_planting(Fp8Fault fault) {
-  return [fault](const Backend& working) {
-    return prop::wrapped(working, std::string("reference+") + fp8_fault_name(fault),
-                         [fault](const prop::ProposerFactory&, const DrafterConfig& config,
-                                 std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings) {
-                           ReferenceOptions options;
-                           options.fp8_fault = fault;
-                           return make_reference_drafter(config, std::move(weights), settings, options);
-                         });
-  };
-}
-
 // Declared first stages follow from where each fault enters the forward pass (drafter.md §7).
 std::vector<ReplayBug> replay_bugs() {
   const CatchCheck replay = CatchCheck::kReplay;
@@ -172,10 +159,10 @@ std::vector<ReplayBug> replay_bugs() {
       // fp8 drafters on the known-acceptance fixtures: the stage verdict and the acceptance they cost.
       // The context keys go through the broken k_proj before any block row: kv-stored comes first.
       {{"skipped-k-tile", "fp8 GEMM K tile (fp8)", CatchCheck::kInvariant, "kv-stored", "acceptance/target-is-reference"},
-       fp8_planting(Fp8Fault::kSkippedKTile),
+       prop::planting(Fp8Fault::kSkippedKTile),
        {Precision::kFp8, false}},
       {{"quantized-drafter", "quantized drafter (fp8)", replay, "logits", "acceptance/controlled-distance"},
-       fp8_planting(Fp8Fault::kQuantizedDrafter),
+       prop::planting(Fp8Fault::kQuantizedDrafter),
        {Precision::kFp8, false}},
       // Rounding toward zero: every error under one ulp, so only the rounding-bias check of the
       // pairs that round at the same points sees it (the stored K/V against their recomputation;

@@ -19,15 +19,6 @@ namespace {
 
 using namespace testing_support;
 
-HeadSettings head() {
-  HeadSettings h;
-  h.gamma = 4;
-  h.ctx_cap = 64;
-  h.max_batch = 1;
-  h.kv_page_size = 4;
-  return h;
-}
-
 // `blocks` sequences, one propose each (anchor 1 + b % 5, so no target token is 0), then released.
 // The target's tokens are the scripted drafts except where `miss(block, row)` says; the target's
 // logits are the scripted logits.
@@ -36,7 +27,7 @@ Fixture target_fixture(int blocks, const std::function<bool(int, int)>& miss) {
   f.name = "scripted-acceptance";
   f.expect_precision = "fp64";
   f.config = scripted_config();
-  f.head = head();
+  f.head = scripted_head();
   for (int b = 0; b < blocks; ++b) {
     ProposeEntry e;
     e.seq = b;

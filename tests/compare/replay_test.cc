@@ -14,15 +14,6 @@ namespace {
 
 using namespace testing_support;
 
-HeadSettings head() {
-  HeadSettings h;
-  h.gamma = 4;
-  h.ctx_cap = 64;
-  h.max_batch = 2;
-  h.kv_page_size = 4;
-  return h;
-}
-
 ProposeEntry entry(int seq, int64_t rows, int64_t start, int anchor, int width) {
   ProposeEntry e;
   e.seq = seq;
@@ -48,7 +39,7 @@ Fixture scripted_fixture() {
   f.name = "scripted";
   f.expect_precision = "fp64";
   f.config = scripted_config();
-  f.head = head();
+  f.head = scripted_head(2);
   FixtureStep s0, s1, s2, s3;
   s0.propose = {entry(0, 5, 5, 1, 4)};
   s1.propose = {entry(0, 2, 7, 2, 4), entry(1, 3, 3, 3, 4)};
@@ -60,7 +51,7 @@ Fixture scripted_fixture() {
 }
 
 TEST(Replay, CleanFixturePassesAndDrivesTheDrafterLikeAnEngine) {
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   const Fixture fixture = scripted_fixture();
   std::vector<int> progress;
   ReplayOptions options;
@@ -98,7 +89,7 @@ TEST(Replay, CleanFixturePassesAndDrivesTheDrafterLikeAnEngine) {
 TEST(Replay, OneCorruptedTapIsTheFirstDivergenceWithStepAndSequence) {
   Fixture fixture = scripted_fixture();
   fixture.steps[1].propose[1].expect->taps[1].value.row(2)[3] += 0.5f;  // step 1, sequence 1, L0.q
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   const ReplayResult r = replay_fixture(fixture, {{&drafter, Precision::kFp64, true}}, {});
   EXPECT_FALSE(r.passed());
   ASSERT_TRUE(r.first_divergence.has_value());
@@ -114,7 +105,7 @@ TEST(Replay, OneCorruptedTapIsTheFirstDivergenceWithStepAndSequence) {
 TEST(Replay, OneCorruptedDraftTokenFails) {
   Fixture fixture = scripted_fixture();
   (*fixture.steps[3].propose[0].expect->draft_tokens)[1] = 0;  // the logits' top is (4 + 1) % 6 = 5
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   const ReplayResult r = replay_fixture(fixture, {{&drafter, Precision::kFp64, true}}, {});
   EXPECT_FALSE(r.passed());
   ASSERT_TRUE(r.first_divergence.has_value());
@@ -128,8 +119,8 @@ TEST(Replay, OneCorruptedDraftTokenFails) {
 
 TEST(Replay, CrossCheckFindsAPlantedFaultInTheCandidate) {
   // The candidate's L0.v of sequence 1 is off from step 1 on; the reference agrees with the fixture.
-  ScriptedProposer reference("reference-fp8", head());
-  ScriptedProposer candidate("cuda-fp8", head(), [](ProposeOutput* out) {
+  ScriptedProposer reference("reference-fp8", scripted_head(2));
+  ScriptedProposer candidate("cuda-fp8", scripted_head(2), [](ProposeOutput* out) {
     if (out->seq == 1) {
       for (Tap& tap : out->taps) {
         if (tap.name == "L0.v") tap.value.row(0)[0] *= 3.0f;
@@ -151,8 +142,8 @@ TEST(Replay, CrossCheckFindsAPlantedFaultInTheCandidate) {
 }
 
 TEST(Replay, CandidateWithoutTapsFailsAtTheFirstMissingStage) {
-  ScriptedProposer reference("reference-bf16", head());
-  ScriptedProposer candidate("cuda-bf16", head(), [](ProposeOutput* out) { out->taps.clear(); });
+  ScriptedProposer reference("reference-bf16", scripted_head(2));
+  ScriptedProposer candidate("cuda-bf16", scripted_head(2), [](ProposeOutput* out) { out->taps.clear(); });
   const ReplayResult r = replay_fixture(
       scripted_fixture(), {{&reference, Precision::kBf16, false}, {&candidate, Precision::kBf16, false}}, {{0, 1}});
   ASSERT_TRUE(r.first_divergence.has_value());
@@ -163,7 +154,7 @@ TEST(Replay, CandidateWithoutTapsFailsAtTheFirstMissingStage) {
 
 TEST(Replay, BrokenProposeOutputIsAnInvariantFailure) {
   // A drafter that reports the wrong width (a head launched at gamma instead of the clamped width).
-  ScriptedProposer drafter("scripted-a", head(), [](ProposeOutput* out) { out->block_width = 7; });
+  ScriptedProposer drafter("scripted-a", scripted_head(2), [](ProposeOutput* out) { out->block_width = 7; });
   const ReplayResult r = replay_fixture(scripted_fixture(), {{&drafter, Precision::kFp64, true}}, {});
   EXPECT_FALSE(r.passed());
   ASSERT_FALSE(r.invariant_failures.empty());
@@ -175,7 +166,7 @@ TEST(Replay, BrokenProposeOutputIsAnInvariantFailure) {
 TEST(Replay, RecordsEachDrafterPathPerProposeStep) {
   // A drafter whose first propose runs eager and whose later ones replay a graph.
   int proposes = 0;
-  ScriptedProposer drafter("scripted-a", head(), [&](ProposeOutput* out) {
+  ScriptedProposer drafter("scripted-a", scripted_head(2), [&](ProposeOutput* out) {
     out->path.mode = proposes == 0 ? "eager" : "graph-replay";
     out->path.pdl = true;
   });
@@ -198,7 +189,7 @@ TEST(Replay, ALaunchPlanIsRecordedAndWrittenWhereTheDrafterReportsOne) {
   // Only the first propose reports a plan: the report carries it there, and no "plan" elsewhere.
   int proposes = 0;
   const std::vector<std::pair<std::string, std::string>> plan = {{"qkv", "mma e4m3, 64 columns"}, {"pdl", "on"}};
-  ScriptedProposer drafter("scripted-a", head(), [&](ProposeOutput* out) {
+  ScriptedProposer drafter("scripted-a", scripted_head(2), [&](ProposeOutput* out) {
     if (proposes == 0) out->path.plan = plan;
   });
   ReplayOptions options;
@@ -215,7 +206,7 @@ TEST(Replay, ALaunchPlanIsRecordedAndWrittenWhereTheDrafterReportsOne) {
 TEST(Replay, ATappedPassThatDiffersFromTheJudgedPassIsItsOwnFinding) {
   // The judged outputs match the fixture; the drafter says its second, tapped pass computed
   // other logits: the replay fails with "taps-change-result", not with a stage divergence.
-  ScriptedProposer drafter("scripted-a", head(), [](ProposeOutput* out) {
+  ScriptedProposer drafter("scripted-a", scripted_head(2), [](ProposeOutput* out) {
     out->path.mode = "graph-replay";
     out->path.taps_from_second_pass = true;
     if (out->seq == 1) out->path.tap_pass_difference = "logits[0, 2]: judged pass 1, tapped pass 2";
@@ -232,7 +223,7 @@ TEST(Replay, ATappedPassThatDiffersFromTheJudgedPassIsItsOwnFinding) {
 }
 
 TEST(Replay, StopsAfterTheRequestedStep) {
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   ReplayOptions options;
   options.last_step = 1;
   const ReplayResult r = replay_fixture(scripted_fixture(), {{&drafter, Precision::kFp64, true}}, {}, options);
@@ -243,7 +234,7 @@ TEST(Replay, StopsAfterTheRequestedStep) {
 TEST(Replay, WidthsClampingDifferentlyInOneProposeAreRefusedNamingTheStep) {
   Fixture fixture = scripted_fixture();
   fixture.steps[1].propose[1].block_width = 3;  // 4 and 3 in one batched call
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   const std::string message =
       testing::harness_error_message([&] { replay_fixture(fixture, {{&drafter, Precision::kFp64, true}}, {}); });
   testing::expect_mentions(message, "step 1");
@@ -256,7 +247,7 @@ TEST(Replay, DrafterErrorsComeBackWithFixtureAndStep) {
   // drafter refuses.
   fixture.steps[3].propose[0].ctx = Tensor::zeros({0, 4});
   fixture.steps[3].propose[0].start = 9;
-  ScriptedProposer drafter("scripted-a", head());
+  ScriptedProposer drafter("scripted-a", scripted_head(2));
   testing::expect_mentions(
       testing::harness_error_message([&] { replay_fixture(fixture, {{&drafter, Precision::kFp64, true}}, {}); }),
       "fixture 'scripted', step 3");

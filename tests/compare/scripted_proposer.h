@@ -63,6 +63,16 @@ inline std::vector<int32_t> scripted_drafts(int anchor, int width) {
   return tokens;
 }
 
+// The head the double's fixtures use: blocks of 4, a 64-position window in pages of 4.
+inline HeadSettings scripted_head(int max_batch = 1) {
+  HeadSettings h;
+  h.gamma = 4;
+  h.ctx_cap = 64;
+  h.max_batch = max_batch;
+  h.kv_page_size = 4;
+  return h;
+}
+
 class ScriptedProposer : public DraftProposer {
  public:
   // `tamper` may change an output after the rule made it (a planted fault).
@@ -134,9 +144,7 @@ inline Fixture scripted_fixture(const std::string& name, int steps,
   f.name = name;
   f.expect_precision = "bf16";
   f.config = scripted_config();
-  f.head.gamma = 4;
-  f.head.ctx_cap = 64;
-  f.head.kv_page_size = 4;
+  f.head = scripted_head();
   for (int step = 0; step < steps; ++step) {
     ProposeEntry e;
     e.seq = 0;

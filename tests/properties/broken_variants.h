@@ -41,6 +41,8 @@ std::vector<BrokenVariant> serving_loop_variants();
 std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name);
 // The reference with a rounding fault planted (ReferenceOptions::rounding_fault; bf16 and fp8 only).
 std::function<Backend(const Backend&)> planting(RoundingFault fault);
+// The reference with an fp8 GEMM fault planted (ReferenceOptions::fp8_fault; fp8 only).
+std::function<Backend(const Backend&)> planting(Fp8Fault fault);
 
 // Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
 void expect_caught(const Backend& base, const BrokenVariant& variant);

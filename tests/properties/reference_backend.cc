@@ -8,34 +8,38 @@
 
 namespace dflash::prop {
 
-std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name) {
-  return [fault, name](const Backend& base) {
+namespace {
+
+// `base` with the reference built from options that `plant` sets, named "<base>+<name>".
+std::function<Backend(const Backend&)> planting_with(const std::string& name,
+                                                     std::function<void(ReferenceOptions*)> plant) {
+  return [name, plant](const Backend& base) {
     Backend b = base;
     b.name = base.name + "+" + name;
-    b.make = [fault](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
+    b.make = [plant](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                      const HeadSettings& settings) {
       ReferenceOptions options;
       options.threads = reference_threads_from_env();
-      options.fault = fault;
+      plant(&options);
       return make_reference_drafter(config, std::move(weights), settings, options);
     };
     return b;
   };
 }
 
+}  // namespace
+
+std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::string& name) {
+  return planting_with(name, [fault](ReferenceOptions* options) { options->fault = fault; });
+}
+
 std::function<Backend(const Backend&)> planting(RoundingFault fault) {
-  return [fault](const Backend& base) {
-    Backend b = base;
-    b.name = base.name + "+" + rounding_fault_name(fault);
-    b.make = [fault](const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
-                     const HeadSettings& settings) {
-      ReferenceOptions options;
-      options.threads = reference_threads_from_env();
-      options.rounding_fault = fault;
-      return make_reference_drafter(config, std::move(weights), settings, options);
-    };
-    return b;
-  };
+  return planting_with(rounding_fault_name(fault),
+                       [fault](ReferenceOptions* options) { options->rounding_fault = fault; });
+}
+
+std::function<Backend(const Backend&)> planting(Fp8Fault fault) {
+  return planting_with(fp8_fault_name(fault), [fault](ReferenceOptions* options) { options->fp8_fault = fault; });
 }
 
 namespace {
