@@ -14,7 +14,12 @@ struct MakeFixtureArgs {
   std::string out_dir;
   std::string context_rows;
   SyntheticOptions options;
-  KnownAcceptanceOptions known{""};  // kind set by --known-acceptance: fixtures/known_acceptance.h instead
+  // kind set by --known-acceptance: fixtures/known_acceptance.h instead; empty: a synthetic fixture.
+  KnownAcceptanceOptions known = [] {
+    KnownAcceptanceOptions k;
+    k.kind.clear();
+    return k;
+  }();
 };
 
 int run_make_fixture(MakeFixtureArgs& args) {
