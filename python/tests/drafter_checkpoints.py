@@ -3,6 +3,8 @@ fixtures: bf16-valued weights in the Hugging Face layout (optionally sharded, wi
 import json
 import os
 import sys
+import tempfile
+import unittest
 
 import torch
 
@@ -75,3 +77,24 @@ def write_checkpoint(directory, config, seed, shards=1, prefix=""):
 
 def write_target(path, target):
     write_safetensors(path, target)
+
+
+class CheckpointWorkspace(unittest.TestCase):
+    """A temporary folder, per test class, with the tiny drafter's checkpoint (seed `seed`) in
+    `checkpoint` and its target in `target`."""
+
+    seed = 11
+    prefix = "dflash-test-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix=cls.prefix)
+        cls.dir = cls.tmp.name
+        cls.config = tiny_config()
+        cls.checkpoint = os.path.join(cls.dir, "ckpt")
+        cls.target = os.path.join(cls.dir, "target.safetensors")
+        write_target(cls.target, write_checkpoint(cls.checkpoint, cls.config, cls.seed))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import unittest
 
 import torch
@@ -28,19 +27,9 @@ MODEL_FILE = os.path.join(HERE, "tiny_dflash.py")
 SEED = 11
 
 
-class CaptureRoundTrip(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="dflash-capture-test-")
-        cls.dir = cls.tmp.name
-        cls.config = dc.tiny_config()
-        cls.checkpoint = os.path.join(cls.dir, "ckpt")
-        cls.target = os.path.join(cls.dir, "target.safetensors")
-        dc.write_target(cls.target, dc.write_checkpoint(cls.checkpoint, cls.config, SEED))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class CaptureRoundTrip(dc.CheckpointWorkspace):
+    seed = SEED
+    prefix = "dflash-capture-test-"
 
     def record(self, out, cls="DFlashDrafter", dtype="float64", checkpoint=None, extra=()):
         argv = ["record", "--model-file", MODEL_FILE, "--class", cls, "--checkpoint", checkpoint or self.checkpoint,

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import unittest
 
 import torch
@@ -42,21 +41,11 @@ def read_fixture(path):
         return json.load(f), read_safetensors(os.path.join(path, "trace.safetensors"))
 
 
-class Workspace(unittest.TestCase):
+class Workspace(dc.CheckpointWorkspace):
     """A temporary folder with the tiny drafter's checkpoint and target."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="dflash-dump-test-")
-        cls.dir = cls.tmp.name
-        cls.config = dc.tiny_config()
-        cls.checkpoint = os.path.join(cls.dir, "ckpt")
-        cls.target = os.path.join(cls.dir, "target.safetensors")
-        dc.write_target(cls.target, dc.write_checkpoint(cls.checkpoint, cls.config, SEED))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+    seed = SEED
+    prefix = "dflash-dump-test-"
 
     def path(self, name):
         return os.path.join(self.dir, name)
