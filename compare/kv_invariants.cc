@@ -38,21 +38,56 @@ std::optional<PoolSnapshot> snapshot_pools(const DraftProposer& proposer) {
   return snapshot;
 }
 
+namespace {
+
+// One sequence's window as the check reads it: from the drafter's page table when it shows one,
+// else the spec's window of the rows fed (the most recent retained_context positions).
+struct CheckedWindow {
+  int seq = -1;
+  int64_t begin = 0, end = 0;  // positions begin .. end-1
+  std::vector<int64_t> slots;  // with a page table: the slot of each position
+};
+
+std::vector<CheckedWindow> windows_to_check(const DraftProposer& proposer, const ContextRows& rows,
+                                            const std::map<int, int64_t>& next_position) {
+  std::vector<CheckedWindow> out;
+  if (proposer.introspection().cache_view) {
+    for (int seq : proposer.sequences()) {
+      const SequenceView view = proposer.sequence_view(seq);
+      CheckedWindow w{seq, view.window_begin, view.next_position, proposer.window_slots(seq)};
+      if (!w.slots.empty()) out.push_back(std::move(w));
+    }
+    return out;
+  }
+  const int64_t retained = retained_context(proposer.config(), proposer.settings());
+  for (const auto& [seq, next] : next_position) {
+    auto fed = rows.find(seq);
+    if (fed == rows.end() || fed->second.empty()) continue;
+    int64_t begin = fed->second.begin()->first;
+    if (retained > 0) begin = std::max(begin, next - retained);
+    if (begin < next) out.push_back({seq, begin, next, {}});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, const ContextKvFunction& recompute,
-                                                const TolerancePair& pair, const ContextRows& rows) {
+                                                const TolerancePair& pair, const ContextRows& rows,
+                                                const std::map<int, int64_t>& next_position) {
   std::vector<InvariantViolation> out;
   const DrafterConfig& config = proposer.config();
   const int64_t features = config.ctx_feature_dim();
-  for (int seq : proposer.sequences()) {
-    const SequenceView view = proposer.sequence_view(seq);
-    const std::vector<int64_t> slots = proposer.window_slots(seq);
-    if (slots.empty()) continue;
-    const int64_t n = static_cast<int64_t>(slots.size());
+  for (const CheckedWindow& window : windows_to_check(proposer, rows, next_position)) {
+    const int seq = window.seq;
+    const int64_t n = window.end - window.begin;
+    std::vector<int64_t> positions;
+    for (int64_t p = window.begin; p < window.end; ++p) positions.push_back(p);
     Tensor ctx = Tensor::zeros({n, features});
     auto fed = rows.find(seq);
     bool complete = fed != rows.end();
     for (int64_t i = 0; complete && i < n; ++i) {
-      auto row = fed->second.find(view.window_begin + i);
+      auto row = fed->second.find(window.begin + i);
       if (row == fed->second.end()) {
         complete = false;
         break;
@@ -60,14 +95,15 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
       std::copy_n(row->second, features, ctx.row(i));
     }
     if (!complete) {
-      out.push_back({"kv-stored", seq_name(seq) + ": its window " + std::to_string(view.window_begin) + ".." +
-                                      std::to_string(view.next_position - 1) +
+      out.push_back({"kv-stored", seq_name(seq) + ": its window " + std::to_string(window.begin) + ".." +
+                                      std::to_string(window.end - 1) +
                                       " holds positions whose context rows were never fed"});
       continue;
     }
-    const std::vector<KvRows> want = recompute(ctx, view.window_begin);
+    const std::vector<KvRows> want = recompute(ctx, window.begin);
     for (int l = 0; l < config.num_layers; ++l) {
-      const std::optional<KvRows> got = proposer.read_kv(l, slots);
+      const std::optional<KvRows> got =
+          window.slots.empty() ? proposer.read_kv_at(l, seq, positions) : proposer.read_kv(l, window.slots);
       if (!got) return out;  // no read-back: nothing stored to check
       for (bool key : {true, false}) {
         const std::string what = "L" + std::to_string(l) + (key ? ".K" : ".V");
@@ -80,12 +116,14 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
         if (!check.shape_ok) {
           detail += ": " + check.shape_detail;
         } else if (check.fail_criterion == "rounding-bias") {
-          detail += " of positions " + std::to_string(view.window_begin) + ".." + std::to_string(view.next_position - 1) +
+          detail += " of positions " + std::to_string(window.begin) + ".." + std::to_string(window.end - 1) +
                     ": rounding bias: stored vs recomputed " + describe_rounding_bias(*check.bias);
         } else {
-          const int64_t position = view.window_begin + check.fail_row;
-          detail += " of position " + std::to_string(position) + " (slot " +
-                    std::to_string(slots[static_cast<size_t>(check.fail_row)]) + "), column " +
+          const int64_t position = window.begin + check.fail_row;
+          detail += " of position " + std::to_string(position) +
+                    (window.slots.empty() ? std::string()
+                                          : " (slot " + std::to_string(window.slots[static_cast<size_t>(check.fail_row)]) + ")") +
+                    ", column " +
                     std::to_string(check.fail_col) + ": recomputed " + std::to_string(check.fail_expected) +
                     ", stored " + std::to_string(check.fail_actual) + " (" + check.fail_criterion + " " +
                     std::to_string(check.fail_value) + " > " + std::to_string(check.fail_bound) + ")";

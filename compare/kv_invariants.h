@@ -31,9 +31,12 @@ std::optional<PoolSnapshot> snapshot_pools(const DraftProposer& proposer);
 // The context row each (sequence, position) was fed: seq -> position -> row of nT·Ht floats.
 using ContextRows = std::map<int, std::map<int64_t, const float*>>;
 
-// kv-stored. `pair` holds the recomputation (expected side) against the drafter.
+// kv-stored. `pair` holds the recomputation (expected side) against the drafter. The windows are the
+// drafter's page tables when it shows them (Introspection::cache_view), else the spec's windows of
+// the rows fed up to each sequence's `next_position`, read by position (DraftProposer::read_kv_at).
 std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, const ContextKvFunction& recompute,
-                                                const TolerancePair& pair, const ContextRows& rows);
+                                                const TolerancePair& pair, const ContextRows& rows,
+                                                const std::map<int, int64_t>& next_position);
 
 // kv-outside-window and kv-poison, from the pools before and after one propose (or release).
 std::vector<InvariantViolation> check_kv_outside_windows(const DraftProposer& proposer, const PoolSnapshot& before,

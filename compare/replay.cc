@@ -30,6 +30,30 @@ StageCheck missing_stage(const std::string& stage, int order, const std::string&
   return check;
 }
 
+// What the replay cannot check on a drafter whose introspection lacks something (a plugin).
+std::vector<std::string> checks_not_run(const Introspection& in, bool recomputes_kv) {
+  std::vector<std::string> out;
+  const std::string why = in.why.empty() ? "" : " (" + in.why + ")";
+  if (!in.taps) {
+    out.push_back("stage taps: none given" + why + "; logits and draft tokens are compared, no stage is named");
+  } else if (!in.stages_not_given.empty()) {
+    std::string list;
+    for (const std::string& stage : in.stages_not_given) list += (list.empty() ? "" : ", ") + stage;
+    out.push_back("stage taps not given: " + list);
+  }
+  if (!in.cache_view) {
+    out.push_back("window, cache-slot invariants 1-4, kv-outside-window and kv-poison: no page tables" + why);
+  } else if (!in.slot_read) {
+    out.push_back("kv-outside-window and kv-poison: no K/V read-back by slot" + why);
+  }
+  if (recomputes_kv && !in.position_read && !(in.cache_view && in.slot_read)) {
+    out.push_back("kv-stored: no K/V read-back" + why);
+  }
+  if (!in.attention_spans) out.push_back("attention-window: no attention spans" + why);
+  if (!in.path) out.push_back("forward path (eager, graph capture, graph replay): not reported" + why);
+  return out;
+}
+
 const Tap* find_tap(const ProposeOutput& output, const std::string& name) {
   for (const Tap& tap : output.taps) {
     if (tap.name == name) return &tap;
@@ -74,6 +98,7 @@ class Replayer {
     bool fp8 = fixture.expect_precision == "fp8";
     for (const ReplayLane& lane : lanes_) {
       result_.proposers.push_back({lane.proposer->name(), precision_name(lane.precision), lane.proposer->describe()});
+      introspection_.push_back(lane.proposer->introspection());
       fp8 = fp8 || lane.precision == Precision::kFp8;
     }
     // The fp8 envelope is derived from the quantization error of these weights (docs/tolerances.md).
@@ -116,11 +141,17 @@ class Replayer {
     for (int step = 0; step <= last; ++step) {
       try {
         run_step(step, fixture_.steps[step]);
+      } catch (const DrafterFault& e) {
+        result_.drafter_fault = DrafterFaultRecord{step, e.proposer(), e.event(), e.during()};
+        break;
       } catch (const HarnessError& e) {
         throw HarnessError(e.kind(), "fixture '" + fixture_.name + "', step " + std::to_string(step) + ": " + e.what());
       }
       result_.steps_run = step + 1;
       if (options_.on_step) options_.on_step(step + 1, last + 1);
+    }
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      result_.proposers[i].checks_not_run = checks_not_run(lanes_[i].proposer->introspection(), bool(lanes_[i].recompute_kv));
     }
     result_.first_divergence = earliest_divergence(result_);
     std::vector<std::pair<int, int>> comparisons;
@@ -132,7 +163,10 @@ class Replayer {
  private:
   void run_step(int step, const FixtureStep& fixture_step) {
     std::vector<std::optional<PoolSnapshot>> before;
-    for (const ReplayLane& lane : lanes_) before.push_back(snapshot_pools(*lane.proposer));
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      const Introspection& in = introspection_[i];
+      before.push_back(in.cache_view && in.slot_read ? snapshot_pools(*lanes_[i].proposer) : std::nullopt);
+    }
     std::map<int, int64_t> anchor_of;
     if (fixture_step.kind == FixtureStep::Kind::kRelease) {
       for (int seq : fixture_step.release) {
@@ -146,16 +180,20 @@ class Replayer {
     }
     for (size_t i = 0; i < lanes_.size(); ++i) {
       const ReplayLane& lane = lanes_[i];
-      std::vector<InvariantViolation> found = check_all_invariants(*lane.proposer, next_position_);
+      const Introspection& in = introspection_[i];
+      std::vector<InvariantViolation> found;
+      if (in.cache_view) found = check_all_invariants(*lane.proposer, next_position_);
       const auto add = [&](std::vector<InvariantViolation> more) {
         found.insert(found.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
       };
       if (before[i]) {
         const std::optional<PoolSnapshot> after = snapshot_pools(*lane.proposer);
         if (after) add(check_kv_outside_windows(*lane.proposer, *before[i], *after));
-        if (lane.recompute_kv) add(check_stored_kv(*lane.proposer, lane.recompute_kv, kv_pairs_[i], ctx_rows_));
       }
-      if (!anchor_of.empty()) add(check_attention_spans(*lane.proposer, anchor_of));
+      if (lane.recompute_kv && (before[i] || (!in.cache_view && in.position_read))) {
+        add(check_stored_kv(*lane.proposer, lane.recompute_kv, kv_pairs_[i], ctx_rows_, next_position_));
+      }
+      if (!anchor_of.empty() && in.attention_spans) add(check_attention_spans(*lane.proposer, anchor_of));
       for (const InvariantViolation& v : found) {
         result_.invariant_failures.push_back({step, lane.proposer->name(), v.invariant, v.detail});
       }
@@ -319,6 +357,11 @@ class Replayer {
                         std::to_string(num_layers) + "-layer drafter (docs/spec/drafter.md §7)");
       }
       if (got == nullptr) {
+        const Introspection in = proposer.introspection();  // stages_not_given grows as taps are asked for
+        const bool not_given = std::find(in.stages_not_given.begin(), in.stages_not_given.end(), stage) !=
+                               in.stages_not_given.end();
+        // Listed in checks_not_run (a drafter without taps, or a stage it says it does not give).
+        if (stage != "logits" && (!in.taps || not_given)) return;
         seq_result.stages.push_back(missing_stage(stage, order, actual_name));
         return;
       }
@@ -438,6 +481,7 @@ class Replayer {
   std::set<int> added_;
   ContextRows ctx_rows_;                  // every context row fed, by (sequence, position)
   std::vector<TolerancePair> kv_pairs_;  // per lane: its recomputed K/V vs its stored K/V
+  std::vector<Introspection> introspection_;  // per lane: what its introspection serves
   AcceptanceTally acceptance_;
 };
 
@@ -451,7 +495,7 @@ bool SequenceResult::passed() const {
 }
 
 bool ReplayResult::passed() const {
-  if (!invariant_failures.empty() || !acceptance.failures.empty()) return false;
+  if (drafter_fault || !invariant_failures.empty() || !acceptance.failures.empty()) return false;
   for (const SequenceResult& seq : sequences) {
     if (!seq.passed()) return false;
   }

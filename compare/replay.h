@@ -92,6 +92,21 @@ struct ProposerSummary {
   std::vector<std::pair<std::string, std::string>> levers;  // describe()
   // Propose steps per ForwardPath::mode ("cpu", "eager", "graph-capture", "graph-replay").
   std::map<std::string, int> path_counts = {};
+  // The checks this drafter's introspection could not serve (a plugin without taps, K/V read-back or
+  // page tables), each with why: listed, never passed silently.
+  std::vector<std::string> checks_not_run = {};
+};
+
+// The drafter under test crashed, hung or failed a call (core/error.h DrafterFault): the replay
+// stops there and the fixture fails.
+struct DrafterFaultRecord {
+  int step = -1;  // -1: while the drafter was made
+  std::string proposer;
+  std::string event;   // "plugin crashed: SIGSEGV", "plugin hung: no answer in 60 s", "plugin failed: ..."
+  std::string during;  // "propose of sequences [0, 2]"
+  std::string text() const {
+    return event + " during " + (step >= 0 ? "step " + std::to_string(step) + ", " : std::string()) + during;
+  }
 };
 
 struct ReplayResult {
@@ -108,6 +123,7 @@ struct ReplayResult {
   std::optional<Divergence> first_divergence;
   std::vector<double> temperatures;  // of the distances: 1, then ReplayOptions::temperatures
   AcceptanceReport acceptance;       // from the fixture's target side, when it has one
+  std::optional<DrafterFaultRecord> drafter_fault;  // the replay stopped at it
 
   bool passed() const;
 };

@@ -200,7 +200,7 @@ void render_result(std::ostringstream& html, const json& r, int index) {
     html << "<p class=\"divergence\">" << html_escape(str(first, "text")) << "</p>\n";
   }
 
-  html << "<h3>Drafters</h3>\n<table><tr><th>drafter</th><th>precision</th><th>levers</th></tr>\n";
+  html << "<h3>Drafters</h3>\n<table><tr><th>drafter</th><th>precision</th><th>levers</th><th>not run</th></tr>\n";
   for (const json& p : r["proposers"]) {
     html << "<tr><td>" << html_escape(str(p, "name")) << "</td><td>" << html_escape(str(p, "precision")) << "</td><td>";
     if (p.contains("levers") && p["levers"].is_array()) {
@@ -208,6 +208,12 @@ void render_result(std::ostringstream& html, const json& r, int index) {
         if (lever.is_array() && lever.size() == 2 && lever[0].is_string() && lever[1].is_string()) {
           html << html_escape(lever[0].get<std::string>()) << "=" << html_escape(lever[1].get<std::string>()) << " ";
         }
+      }
+    }
+    html << "</td><td>";
+    if (p.contains("checks_not_run") && p["checks_not_run"].is_array()) {
+      for (const json& line : p["checks_not_run"]) {
+        if (line.is_string()) html << html_escape(line.get<std::string>()) << "<br>";
       }
     }
     html << "</td></tr>\n";
@@ -238,6 +244,10 @@ void render_result(std::ostringstream& html, const json& r, int index) {
   }
 
   html << acceptance_section_html(r);
+  if (r.contains("drafter_fault") && r["drafter_fault"].is_object()) {
+    html << "<p class=\"divergence\">" << html_escape(str(r["drafter_fault"], "proposer")) << ": "
+         << html_escape(str(r["drafter_fault"], "text")) << "</p>\n";
+  }
   if (!r["invariant_failures"].empty()) {
     html << "<h3>Invariant failures</h3>\n<ul>\n";
     for (const json& f : r["invariant_failures"]) {

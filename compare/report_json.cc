@@ -134,7 +134,11 @@ json replay_result_to_json(const ReplayResult& result) {
     for (const auto& [key, value] : p.levers) levers.push_back({key, value});
     json path_counts = json::object();
     for (const auto& [mode, count] : p.path_counts) path_counts[mode] = count;
-    proposers.push_back({{"name", p.name}, {"precision", p.precision}, {"levers", levers}, {"path_counts", path_counts}});
+    proposers.push_back({{"name", p.name},
+                         {"precision", p.precision},
+                         {"levers", levers},
+                         {"path_counts", path_counts},
+                         {"checks_not_run", p.checks_not_run}});
   }
   j["proposers"] = proposers;
   json paths = json::array();
@@ -217,6 +221,11 @@ json replay_result_to_json(const ReplayResult& result) {
     invariants.push_back({{"step", f.step}, {"proposer", f.proposer}, {"invariant", f.invariant}, {"detail", f.detail}});
   }
   j["invariant_failures"] = invariants;
+  if (result.drafter_fault) {
+    const DrafterFaultRecord& f = *result.drafter_fault;
+    j["drafter_fault"] = {{"step", f.step}, {"proposer", f.proposer}, {"event", f.event}, {"during", f.during},
+                          {"text", f.text()}};
+  }
   j["first_divergence"] = result.first_divergence ? divergence_to_json(*result.first_divergence) : json(nullptr);
   j["temperatures"] = result.temperatures;
   j["acceptance"] = acceptance_json(result);
@@ -259,6 +268,7 @@ void write_report_document(const std::string& path, const json& document) {
 
 bool recomputed_pass(const json& result) {
   if (!result.value("invariant_failures", json::array()).empty()) return false;
+  if (result.contains("drafter_fault") && !result["drafter_fault"].is_null()) return false;
   for (const json& seq : result.value("sequences", json::array())) {
     for (const json& stage : seq.value("stages", json::array())) {
       if (!stage.value("passed", false)) return false;

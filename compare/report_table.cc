@@ -145,11 +145,15 @@ void print_replay_table(std::ostream& out, const std::vector<FixtureOutcome>& ou
     for (size_t p = 0; p < r.pairs.size(); ++p) {
       const PairTotals t = pair_totals(r, static_cast<int>(p));
       const bool pair_ok = t.failed_sequences == 0;
-      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps, stage_cell(t),
+      const bool faulted = r.drafter_fault && r.proposers[r.pairs[p].actual_lane].name == r.drafter_fault->proposer;
+      rows.push_back({fixture_label(r), r.pairs[p].label, precisions_of(r, r.pairs[p]), steps,
+                      faulted && !t.first_divergence ? r.drafter_fault->text() : stage_cell(t),
                       max_tv_cell(r, {static_cast<int>(p)}),
                       std::to_string(t.agree) + "/" + std::to_string(t.excused) + "/" + std::to_string(t.mismatch),
                       graph_replays(r.proposers[r.pairs[p].actual_lane]),
-                      pair_ok && r.invariant_failures.empty() && r.acceptance.failures.empty() ? "PASS" : "FAIL"});
+                      pair_ok && !r.drafter_fault && r.invariant_failures.empty() && r.acceptance.failures.empty()
+                          ? "PASS"
+                          : "FAIL"});
     }
   }
   std::vector<size_t> widths(header.size());
@@ -181,6 +185,7 @@ void print_levers(std::ostream& out, const ReplayResult& result) {
       out << " " << path.step << ":" << path.mode << (path.pdl ? "+pdl" : "") << (path.taps_from_second_pass ? "+taps2" : "");
     }
     out << " (" << path_summary(p) << ")\n";
+    for (const std::string& line : p.checks_not_run) out << "    not run: " << line << "\n";
   }
 }
 
@@ -203,11 +208,22 @@ void print_drafter_settings(std::ostream& out, const std::vector<FixtureOutcome>
   }
   for (const Drafter& d : drafters) {
     out << "drafter " << d.name << " (" << d.precision << ")";
+    std::vector<std::string> not_run;  // every fixture's, once each
+    for (const auto& run : d.runs) {
+      for (const std::string& line : run.second->checks_not_run) {
+        if (std::find(not_run.begin(), not_run.end(), line) == not_run.end()) not_run.push_back(line);
+      }
+    }
+    const auto print_not_run = [&] {
+      for (const std::string& line : not_run) out << "  not run: " << line << "\n";
+    };
     if (!full) {
       out << " (-v lists its settings)\n";
+      print_not_run();
       continue;
     }
     out << ":\n";
+    print_not_run();
     std::vector<std::string> keys;  // in order of first appearance
     for (const auto& run : d.runs) {
       for (const auto& lever : run.second->levers) {
@@ -246,6 +262,7 @@ void print_result_report(std::ostream& out, const ReplayResult& result) {
       }
     }
   }
+  if (result.drafter_fault) out << "  " << result.drafter_fault->proposer << ": " << result.drafter_fault->text() << "\n";
   for (const InvariantFailure& f : result.invariant_failures) {
     out << "  invariant '" << f.invariant << "' broken after step " << f.step << " by " << f.proposer << ": "
         << f.detail << "\n";

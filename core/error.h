@@ -13,6 +13,7 @@ enum class ErrorKind {
   kPoolExhausted,  // the paged KV pool cannot serve a request (that request only): exit 2
   kUnsupported,    // valid input this build or machine cannot run (no GPU, head_dim not built): exit 125
   kInternal,       // a broken invariant inside the harness itself (a bug): exit 3
+  kDrafterFault,   // the drafter under test crashed, hung or failed a call: that fixture fails, exit 1
 };
 
 // The exit codes of the command-line tools (docs/cli.md), usable by `git bisect run`.
@@ -31,6 +32,24 @@ class HarnessError : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// A drafter under test that crashed, hung or failed (a plugin, docs/plugin.md): the replay records it
+// as that fixture's failure, "plugin crashed: SIGSEGV during step 3, propose of sequences [0, 2]".
+class DrafterFault : public HarnessError {
+ public:
+  // proposer: its name(); event: "plugin crashed: SIGSEGV"; during: "propose of sequences [0, 2]".
+  DrafterFault(const std::string& proposer, const std::string& event, const std::string& during)
+      : HarnessError(ErrorKind::kDrafterFault, proposer + ": " + event + " during " + during),
+        proposer_(proposer),
+        event_(event),
+        during_(during) {}
+  const std::string& proposer() const { return proposer_; }
+  const std::string& event() const { return event_; }
+  const std::string& during() const { return during_; }
+
+ private:
+  std::string proposer_, event_, during_;
+};
+
 // Shorthands used everywhere: `throw bad_input("trace.safetensors: tensor 's0.q0.ctx': ...")`.
 inline HarnessError bad_input(const std::string& message) { return HarnessError(ErrorKind::kBadInput, message); }
 inline HarnessError unsupported(const std::string& message) { return HarnessError(ErrorKind::kUnsupported, message); }
@@ -41,6 +60,7 @@ inline int exit_code_for(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kUnsupported: return kExitCannotRun;
     case ErrorKind::kInternal: return kExitInternal;
+    case ErrorKind::kDrafterFault: return kExitMismatch;
     default: return kExitBadInput;
   }
 }

@@ -100,4 +100,20 @@ HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
   return s;
 }
 
+std::optional<KvRows> DraftProposer::read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const {
+  const SequenceView view = sequence_view(seq);
+  const std::vector<int64_t> window = window_slots(seq);
+  std::vector<int64_t> slots;
+  for (int64_t position : positions) {
+    const int64_t i = position - view.window_begin;
+    if (i < 0 || i >= static_cast<int64_t>(window.size())) {
+      throw bad_input("read_kv_at: position " + std::to_string(position) + " of sequence " + std::to_string(seq) +
+                      " is outside its window " + std::to_string(view.window_begin) + ".." +
+                      std::to_string(view.next_position - 1));
+    }
+    slots.push_back(window[static_cast<size_t>(i)]);
+  }
+  return read_kv(layer, slots);
+}
+
 }  // namespace dflash

@@ -121,6 +121,20 @@ struct AttentionSpan {
   int64_t first = 0, last = -1;  // last < first: no context position
 };
 
+// What a drafter's introspection can serve the checks. The harness's own drafters serve all of it; a
+// plugin announces what it has (include/dflash/drafter_plugin.h), and the replay lists every check
+// the rest would feed as not run (compare/replay.h ProposerSummary::checks_not_run).
+struct Introspection {
+  bool cache_view = true;       // sequences(), sequence_view, window_slots, pool_view: the page tables
+  bool slot_read = true;        // read_kv by slot (needs cache_view)
+  bool position_read = true;    // read_kv_at by (layer, sequence, position)
+  bool taps = true;             // taps of the stages
+  bool attention_spans = true;  // attention_spans()
+  bool path = true;             // ProposeOutput::path
+  std::vector<std::string> stages_not_given;  // with taps: the stages it said it does not give
+  std::string why;              // the reason the missing parts are missing, for the report
+};
+
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
@@ -155,8 +169,13 @@ class DraftProposer {
     (void)slots;
     return std::nullopt;
   }
+  // read_kv by position: layer `layer`'s K and V of sequence `seq` at absolute `positions` (in the
+  // window). The default reads the slots the sequence's page table gives.
+  virtual std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const;
   // One span per sequence of the last propose, in batch order.
   virtual std::vector<AttentionSpan> attention_spans() const { return {}; }
+
+  virtual Introspection introspection() const { return {}; }
 
   // Settings and choices in force (precision, kernels per stage, fallbacks taken, graphs on/off),
   // printed in every report.

@@ -102,7 +102,7 @@ class Checked {
   }
   std::vector<InvariantViolation> after(const PoolSnapshot& before, const std::map<int, int64_t>& anchors) {
     std::vector<InvariantViolation> found = check_kv_outside_windows(d_, before, *snapshot_pools(d_));
-    for (const InvariantViolation& v : check_stored_kv(d_, recompute_, pair_, rows_)) found.push_back(v);
+    for (const InvariantViolation& v : check_stored_kv(d_, recompute_, pair_, rows_, {})) found.push_back(v);
     // What attention read is reported per propose (after a release there is none to check).
     if (!anchors.empty()) {
       for (const InvariantViolation& v : check_attention_spans(d_, anchors)) found.push_back(v);

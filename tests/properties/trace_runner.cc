@@ -163,7 +163,7 @@ TraceRun run_trace(DraftProposer& proposer, const Trace& trace, const RunOptions
         for (const auto& [id, positions] : fed) {
           for (const auto& [position, row] : positions) rows[id][position] = row.data();
         }
-        for (InvariantViolation& v : check_stored_kv(proposer, options.recompute_kv, kv_pair, rows)) {
+        for (InvariantViolation& v : check_stored_kv(proposer, options.recompute_kv, kv_pair, rows, {})) {
           violations.push_back(v);
         }
       }
