@@ -340,4 +340,14 @@ std::vector<NamedWeight> drafter_tensor_list(const DrafterConfig& config, const 
   return list;
 }
 
+DrafterWeights assemble_drafter_tensors(
+    const DrafterConfig& config, const std::function<Tensor(const std::string& name, const std::vector<int64_t>& shape)>& get) {
+  DrafterWeights w;
+  w.layers.resize(static_cast<size_t>(config.num_layers));
+  for_each_drafter_tensor(config, w, [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& t) {
+    t = get(name, shape);
+  });
+  return w;
+}
+
 }  // namespace dflash

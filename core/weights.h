@@ -1,6 +1,7 @@
 // The drafter's weights (docs/spec/drafter.md §2) as float host tensors (bf16 values convert exactly), and
 // the target's embed_tokens / lm_head. Loading accounts for every tensor of the checkpoint.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,5 +85,10 @@ struct NamedWeight {
   const Tensor* tensor;
 };
 std::vector<NamedWeight> drafter_tensor_list(const DrafterConfig& config, const DrafterWeights& weights);
+
+// The drafter tensors of drafter_tensor_list, each from get(name, expected shape) (a plugin's tensor
+// views, plugin/export/); embed_tokens and lm_head are the caller's. Not validated.
+DrafterWeights assemble_drafter_tensors(
+    const DrafterConfig& config, const std::function<Tensor(const std::string& name, const std::vector<int64_t>& shape)>& get);
 
 }  // namespace dflash

@@ -1,7 +1,6 @@
 # The minimal C plugin of docs/plugin.md (examples/plugin/minimal_plugin.c), included by this folder's
 # CMakeLists.txt: built as strict C99 with warnings as errors, so the build proves the ABI header is C99.
-# The project itself is C++; only this target needs C.
-enable_language(C)
+# The project enables C at the top for it.
 add_library(dflash_minimal_plugin MODULE ${CMAKE_CURRENT_LIST_DIR}/minimal_plugin.c)
 set_target_properties(dflash_minimal_plugin PROPERTIES
   C_STANDARD 99
