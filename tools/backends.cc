@@ -1,6 +1,11 @@
 #include "tools/backends.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "plugin/isolated_drafter.h"
+#include "plugin/plugin_drafter.h"
+#include "plugin/plugin_library.h"
 #include "reference/reference_drafter.h"
 #if DFLASH_HAVE_CUDA
 #include "cuda/drafter/cuda_drafter.h"
@@ -24,6 +29,10 @@ ContextKvFunction recompute_for(const Fixture& fixture, Precision precision) {
   return make_reference_context_kv(fixture.config, fixture.weights, precision, window);
 }
 
+bool has_kind(const std::vector<Backend>& backends, Backend::Kind kind) {
+  return std::any_of(backends.begin(), backends.end(), [&](const Backend& b) { return b.kind == kind; });
+}
+
 std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, int warmup) {
   if (warmup < 0) throw bad_input("--warmup " + std::to_string(warmup) + ": expected an integer >= 0");
 #if DFLASH_HAVE_CUDA
@@ -38,24 +47,67 @@ std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, 
 #endif
 }
 
-}  // namespace
-
-BackendChoice parse_backend(const std::string& name) {
-  if (name == "reference") return BackendChoice::kReference;
-  if (name == "cuda") return BackendChoice::kCuda;
-  if (name == "both") return BackendChoice::kBoth;
-  throw bad_input("--backend '" + name + "' is not one of reference, cuda, both");
+std::unique_ptr<DraftProposer> make_plugin(Fixture& fixture, const std::string& path, Precision precision,
+                                           const PluginSettings& plugins) {
+  const HeadSettings head = head_for(fixture, precision).resolved(fixture.config);
+  if (plugins.isolate) {
+    return std::make_unique<IsolatedDrafter>(path, fixture.config, fixture.weights, head, fixture.drafter_dir,
+                                             fixture.target.path, plugins.options, plugins.timeout_s);
+  }
+  return std::make_unique<PluginDrafter>(PluginLibrary::open(path), fixture.config, fixture.weights, head,
+                                         fixture.drafter_dir, fixture.target.path, plugins.options);
 }
 
-Precision resolve_precision(BackendChoice backend, const std::optional<std::string>& precision) {
-  if (!precision) return backend == BackendChoice::kReference ? Precision::kFp64 : Precision::kFp8;
+}  // namespace
+
+std::vector<Backend> parse_backends(const std::string& text) {
+  std::vector<Backend> out;
+  const auto add = [&](const Backend& b, const std::string& item) {
+    if (std::find(out.begin(), out.end(), b) != out.end()) {
+      throw bad_input("--backend '" + text + "': '" + item + "' is listed twice");
+    }
+    out.push_back(b);
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (item == "reference") {
+      add({Backend::Kind::kReference, ""}, item);
+    } else if (item == "cuda") {
+      add({Backend::Kind::kCuda, ""}, item);
+    } else if (item == "both") {
+      add({Backend::Kind::kReference, ""}, item);
+      add({Backend::Kind::kCuda, ""}, item);
+    } else if (item.rfind("plugin:", 0) == 0 && item.size() > 7) {
+      add({Backend::Kind::kPlugin, item.substr(7)}, item);
+    } else {
+      throw bad_input("--backend '" + text + "': '" + item +
+                      "' is not one of reference, cuda, both, plugin:PATH (a comma list of them is allowed)");
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+Precision resolve_precision(const std::vector<Backend>& backends, const std::optional<std::string>& precision) {
+  if (!precision) return has_kind(backends, Backend::Kind::kCuda) ? Precision::kFp8 : Precision::kFp64;
   Precision p;
   if (!parse_precision(*precision, &p)) throw bad_input("--precision '" + *precision + "' is not one of fp64, fp32, bf16, fp8");
   return p;
 }
 
-void check_backend_runs_here(BackendChoice backend, Precision precision) {
-  if (backend == BackendChoice::kReference) return;
+void check_backends_run_here(const std::vector<Backend>& backends, Precision precision, const PluginSettings& plugins) {
+  for (const Backend& b : backends) {
+    if (b.kind != Backend::Kind::kPlugin) continue;
+    if (plugins.isolate) {
+      check_plugin_isolated(b.plugin_path, plugins.timeout_s);
+    } else {
+      PluginLibrary::open(b.plugin_path);
+    }
+  }
+  if (!has_kind(backends, Backend::Kind::kCuda)) return;
   if (precision != Precision::kBf16 && precision != Precision::kFp8) {
     throw bad_input(std::string("--precision ") + precision_name(precision) +
                     ": the CUDA drafter runs bf16 or fp8 (fp64 and fp32 are the reference's alone)");
@@ -70,32 +122,39 @@ void check_backend_runs_here(BackendChoice backend, Precision precision) {
 #endif
 }
 
-DrafterSet make_drafters(Fixture& fixture, BackendChoice backend, Precision precision, int cuda_warmup) {
+DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends, Precision precision, int cuda_warmup,
+                         const PluginSettings& plugins) {
   fixture.load_weights();
   DrafterSet set;
   const auto add = [&](std::unique_ptr<DraftProposer> drafter, Precision p, bool with_fixture) {
     set.lanes.push_back({drafter.get(), p, with_fixture, recompute_for(fixture, p)});
     set.drafters.push_back(std::move(drafter));
+    return static_cast<int>(set.lanes.size()) - 1;
   };
-  switch (backend) {
-    case BackendChoice::kReference:
-      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, true);
-      break;
-    case BackendChoice::kCuda:
-      add(make_cuda(fixture, precision, cuda_warmup), precision, true);
-      break;
-    case BackendChoice::kBoth:
-      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kFp64)),
-          Precision::kFp64, true);
-      add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, precision)), precision, false);
-      add(make_cuda(fixture, precision, cuda_warmup), precision, false);
-      set.cross_checks.push_back({1, 2});
-      if (precision == Precision::kFp8) {  // the fp8 envelope: CUDA fp8 against the bf16 reference
-        add(make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, Precision::kBf16)),
-            Precision::kBf16, false);
-        set.cross_checks.push_back({3, 2});
-      }
-      break;
+  const auto reference = [&](Precision p) { return make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, p)); };
+  const auto make = [&](const Backend& b) {
+    return b.kind == Backend::Kind::kCuda ? make_cuda(fixture, precision, cuda_warmup)
+                                          : make_plugin(fixture, b.plugin_path, precision, plugins);
+  };
+  const bool with_reference = has_kind(backends, Backend::Kind::kReference);
+  if (!with_reference) {
+    for (const Backend& b : backends) add(make(b), precision, true);
+    return set;
+  }
+  if (backends.size() == 1) {  // the reference alone, at `precision`
+    add(reference(precision), precision, true);
+    return set;
+  }
+  const int fp64 = add(reference(Precision::kFp64), Precision::kFp64, true);
+  const int same = precision == Precision::kFp64 ? fp64 : add(reference(precision), precision, false);
+  int bf16 = -1;
+  for (const Backend& b : backends) {
+    if (b.kind == Backend::Kind::kReference) continue;
+    const int lane = add(make(b), precision, false);
+    set.cross_checks.push_back({same, lane});
+    if (precision != Precision::kFp8) continue;
+    if (bf16 < 0) bf16 = add(reference(Precision::kBf16), Precision::kBf16, false);  // the fp8 envelope
+    set.cross_checks.push_back({bf16, lane});
   }
   return set;
 }

@@ -5,6 +5,7 @@
 
 #include "compare/report_table.h"
 #include "core/error.h"
+#include "tools/backend_options.h"
 #include "tools/commands.h"
 #include "tools/run_replay.h"
 
@@ -15,9 +16,7 @@ struct BisectArgs {
   std::string fixture;
   int step = -1;
   int seq = -1;
-  std::string backend = "reference";
-  std::string precision;
-  int warmup = 1;
+  BackendOptions drafters;
 };
 
 // The step must exist and propose for the sequence.
@@ -41,13 +40,8 @@ void check_step_and_sequence(const Fixture& fixture, int step, int seq) {
 }
 
 int run_bisect(const BisectArgs& args) {
-  ReplayRequest request;
-  request.backend = parse_backend(args.backend);
-  request.precision = resolve_precision(request.backend, args.precision.empty() ? std::nullopt
-                                                                                 : std::optional<std::string>(args.precision));
-  check_backend_runs_here(request.backend, request.precision);
+  ReplayRequest request = make_replay_request(args.drafters);
   request.options.last_step = args.step;
-  request.cuda_warmup = args.warmup;
   const ReplayResult result = read_and_replay(
       args.fixture, request, [&](const Fixture& f) { check_step_and_sequence(f, args.step, args.seq); });
 
@@ -64,6 +58,10 @@ int run_bisect(const BisectArgs& args) {
   for (const InvariantFailure& f : result.invariant_failures) {
     if (f.step == args.step) return kExitMismatch;
   }
+  if (result.drafter_fault) {
+    std::cout << "  " << result.drafter_fault->proposer << ": " << result.drafter_fault->text() << "\n";
+    return kExitMismatch;
+  }
   return kExitPass;
 }
 
@@ -76,14 +74,7 @@ Command add_bisect_command(CLI::App& app) {
   cmd->add_option("fixture", args->fixture, "Fixture directory (or its fixture.json)")->required();
   cmd->add_option("--step", args->step, "Step index (0-based) of a propose step")->required();
   cmd->add_option("--seq", args->seq, "Sequence id proposed in that step")->required();
-  cmd->add_option("--backend", args->backend, "reference | cuda | both (as for replay)")
-      ->check(CLI::IsMember({"reference", "cuda", "both"}))
-      ->capture_default_str();
-  cmd->add_option("--precision", args->precision, "fp64 | fp32 | bf16 | fp8 (as for replay)")
-      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
-  cmd->add_option("--warmup", args->warmup, "CUDA drafter: eager passes before a graph is captured (as for replay)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_backend_options(cmd, &args->drafters);
   return {cmd, [args] { return run_bisect(*args); }};
 }
 

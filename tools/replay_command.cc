@@ -11,6 +11,7 @@
 #include "compare/report_table.h"
 #include "compare/run_tally.h"
 #include "core/error.h"
+#include "tools/backend_options.h"
 #include "tools/commands.h"
 #include "tools/error_message.h"
 #include "tools/progress.h"
@@ -22,10 +23,8 @@ namespace {
 
 struct ReplayArgs {
   std::vector<std::string> fixtures;
-  std::string backend = "reference";
-  std::string precision;  // empty: the backend's default
+  BackendOptions drafters;
   std::string json_path, html_path, shard;
-  int warmup = 1;
   bool verbose = false;
   std::vector<double> temperatures;  // of the distribution distances, besides 1
 };
@@ -39,16 +38,11 @@ void write_text_file(const std::string& path, const std::string& text) {
 }
 
 int run_replay(const ReplayArgs& args) {
-  ReplayRequest request;
-  request.backend = parse_backend(args.backend);
-  request.precision = resolve_precision(request.backend, args.precision.empty() ? std::nullopt
-                                                                                 : std::optional<std::string>(args.precision));
-  check_backend_runs_here(request.backend, request.precision);
-  request.cuda_warmup = args.warmup;
+  ReplayRequest request = make_replay_request(args.drafters);
   distance_temperatures(args.temperatures, "--temperature");  // refused here, once, not per fixture
   request.options.temperatures = args.temperatures;
 
-  ReportRun run{args.backend, precision_name(request.precision), args.fixtures, 0, 0};
+  ReportRun run{args.drafters.backend, precision_name(request.precision), args.fixtures, 0, 0};
   std::vector<size_t> mine;  // positions in args.fixtures of the fixtures this run replays
   if (args.shard.empty()) {
     for (size_t i = 0; i < args.fixtures.size(); ++i) mine.push_back(i);
@@ -117,19 +111,7 @@ Command add_replay_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "replay", "Replay fixtures on a drafter, compare with the expectations (and drafters with each other)");
   cmd->add_option("fixtures", args->fixtures, "Fixture directories (or their fixture.json)")->required();
-  cmd->add_option("--backend", args->backend,
-                  "reference: the CPU reference; cuda: the CUDA drafter; both: the CUDA drafter against the "
-                  "reference emulating its precision, and the fixture against the reference in fp64")
-      ->check(CLI::IsMember({"reference", "cuda", "both"}))
-      ->capture_default_str();
-  cmd->add_option("--precision", args->precision,
-                  "fp64 | fp32 | bf16 | fp8 (default: fp64 for the reference, fp8 for cuda and both)")
-      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
-  cmd->add_option("--warmup", args->warmup,
-                  "CUDA drafter: eager passes of a (block width, batch size) before its graph is captured; later "
-                  "proposes of that shape replay the graph (overrides DFLASH_CUDA_WARMUP)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_backend_options(cmd, &args->drafters);
   cmd->add_option("--temperature", args->temperatures,
                   "Temperatures, besides 1, at which to measure the distribution distances of the logits "
                   "(docs/tolerances.md §10); repeat or separate with ','")

@@ -17,7 +17,19 @@ ReplayResult read_and_replay(const std::string& path, const ReplayRequest& reque
     check_fixture_path(path);
     Fixture fixture = read_fixture(path);
     if (prepare) prepare(fixture);
-    DrafterSet drafters = make_drafters(fixture, request.backend, request.precision, request.cuda_warmup);
+    DrafterSet drafters;
+    try {
+      drafters = make_drafters(fixture, request.backends, request.precision, request.cuda_warmup, request.plugins);
+    } catch (const DrafterFault& fault) {  // a plugin that crashed or hung in create: this fixture fails
+      ReplayResult result;
+      result.fixture_name = fixture.name;
+      result.fixture_dir = fixture.dir;
+      result.expect_precision = fixture.expect_precision;
+      result.num_layers = fixture.config.num_layers;
+      result.total_steps = static_cast<int>(fixture.steps.size());
+      result.drafter_fault = DrafterFaultRecord{-1, fault.proposer(), fault.event(), fault.during()};
+      return result;
+    }
     return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, request.options);
   } catch (const HarnessError&) {
     throw;

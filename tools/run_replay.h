@@ -1,6 +1,7 @@
 // One fixture read, its drafters made and its steps replayed: shared by `replay` and `bisect`.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "compare/replay.h"
 #include "tools/backends.h"
@@ -8,8 +9,9 @@
 namespace dflash {
 
 struct ReplayRequest {
-  BackendChoice backend = BackendChoice::kReference;
+  std::vector<Backend> backends = {Backend{}};  // the reference
   Precision precision = Precision::kFp64;
+  PluginSettings plugins;
   // Eager passes of the CUDA drafter before it captures the graph of a (width, batch); the
   // command's --warmup, applied over DFLASH_CUDA_WARMUP so short fixtures reach graph replays.
   int cuda_warmup = 1;

@@ -70,9 +70,15 @@ TEST(ErrorsCli, EveryUsageAndInputErrorIsOneErrorLine) {
 }
 
 TEST(ErrorsCli, OptionErrorsSayWhereTheOptionsAreListed) {
-  const RunResult r = run_harness({"replay", "--backend", "tpu", kOracleDir + "/tiny-mha"});
+  const RunResult r = run_harness({"replay", "--precision", "fp4", kOracleDir + "/tiny-mha"});
   EXPECT_EQ(r.err,
-            "error: --backend: tpu not in {reference,cuda,both} (dflash-harness replay --help lists the options)\n");
+            "error: --precision: fp4 not in {fp64,fp32,bf16,fp8} (dflash-harness replay --help lists the options)\n");
+  // --backend takes a list (plugins included), so its items are checked by the command, naming them.
+  const RunResult b = run_harness({"replay", "--backend", "reference,tpu", kOracleDir + "/tiny-mha"});
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_EQ(b.err,
+            "error: --backend 'reference,tpu': 'tpu' is not one of reference, cuda, both, plugin:PATH (a comma list "
+            "of them is allowed)\n");
 }
 
 TEST(ErrorsCli, APathThatIsNoFixtureGetsItsReasonAndAHint) {
