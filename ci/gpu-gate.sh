@@ -16,6 +16,8 @@
 #      DFLASH_CUDA_FAULT: its replay with them set gives the same report;
 #   3. every bundled fixture replayed on the shipped path (`replay --backend both`, bf16 and fp8, graphs
 #      after --warmup 0 and 1; ci/graph_replays.py checks that repeated shapes were graph replays);
+#   3b. every bundled fixture through the CUDA drafter as a plugin (libdflash_cuda_plugin.so, isolated)
+#      and in process, bf16 and fp8: the same verdicts (ci/same_verdicts.py --verdicts);
 #   4. an injected allocation and launch failure in one replay of the testing build: exit 125 and 3,
 #      named in the output and the JSON report;
 #   5. the observed/bound table of docs/tolerances.md (ci/tolerance_table.py);
@@ -258,6 +260,26 @@ replays() {
   done
 }
 
+# plugin_replays: every bundled fixture through the CUDA drafter as a plugin (isolated, in a child
+# process) and in the harness's process: the verdicts must be the same (docs/plugin.md).
+plugin_replays() {
+  local plugin="$release_dir/cuda/libdflash_cuda_plugin.so" a="$out_dir/in-process.json" b="$out_dir/plugin.json"
+  local precision
+  for precision in bf16 fp8; do
+    "$release" replay "${fixtures[@]}" --backend cuda --precision "$precision" --json "$a" >>"$out_dir/plugin.log" 2>&1
+    "$release" replay "${fixtures[@]}" --backend "plugin:$plugin" --precision "$precision" --json "$b" \
+      >>"$out_dir/plugin.log" 2>&1
+    if python3 ci/same_verdicts.py --verdicts "$a" "$b" >"$out_dir/plugin-verdicts.txt" 2>&1; then
+      note "PASS CUDA plugin ($precision): the in-process backend's verdicts on every bundled fixture"
+    else
+      note "FAIL CUDA plugin ($precision): $(tail -n 1 "$out_dir/plugin-verdicts.txt") (see plugin.log)"
+      status=1
+    fi
+    sed 's/^/  /' "$out_dir/plugin-verdicts.txt" >>"$summary"
+    rm -f "$a" "$b" "$out_dir/plugin-verdicts.txt"
+  done
+}
+
 # propose_bench NAME ARGS...: the release build's propose benchmark into NAME.md; its table goes to
 # the summary.
 propose_bench() {
@@ -281,6 +303,7 @@ if ((propose_only == 0)); then
   gpu_ctest "${filter[@]}"
   release_checks
   replays
+  plugin_replays
   fault_replay alloc:1 125 cudaErrorMemoryAllocation
   fault_replay launch:3 3 cudaErrorLaunchFailure  # an internal error: exit 3
   if python3 ci/tolerance_table.py "$tests_log" >"$out_dir/tolerance-table.md" 2>&1; then

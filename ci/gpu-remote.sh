@@ -28,6 +28,7 @@ case "${1:-}" in
       echo "$release_dir/tools/dflash-harness"
       echo "$release_dir/bench/cuda_propose_bench"
       echo "$release_dir/cuda/gemm_bench"
+      echo "$release_dir/cuda/libdflash_cuda_plugin.so"
       echo "$testing_dir/tools/dflash-harness"
       echo "$testing_dir/tests/catch/mutation_catch_table"
       # Every test binary CTest runs with label gpu, and every CTest file of the testing tree.
