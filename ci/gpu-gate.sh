@@ -78,7 +78,7 @@ if ((build)); then
     -DDFLASH_BUILD_TESTS=OFF -DDFLASH_FAULT_POINTS=OFF >/dev/null
   cmake -S . -B "$testing_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DDFLASH_BUILD_TESTS=ON -DDFLASH_FAULT_POINTS=ON -DDFLASH_BUILD_BENCHMARKS=OFF >/dev/null
-  ninja -C "$release_dir" -j "$(nproc)" dflash-harness cuda_propose_bench gemm_bench
+  ninja -C "$release_dir" -j "$(nproc)" dflash-harness cuda_propose_bench gemm_bench dflash_cuda_plugin
   # gpu_tests: every binary with a test labelled gpu (dflash_add_test), the catch table, the command.
   ninja -C "$testing_dir" -j "$(nproc)" gpu_tests mutation_catch_table dflash-harness
   set +e
