@@ -96,6 +96,17 @@ TEST(PluginCli, RopeSignIsCaughtAtTheFirstQueryStage) {
   EXPECT_EQ(first["step"], 0);
 }
 
+TEST(PluginCli, BisectWalksThePluginsStagesAgainstTheReference) {
+  const RunResult r = run_harness({"bisect", kOracleDir + "/tiny-gqa", "--step", "0", "--seq", "0", "--backend",
+                                   "reference," + kExample, "--plugin-option", "fault=rope-sign"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("first divergence at L0.q (layer 0)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[reference-fp64 vs plugin:reference-example-fp64]"), std::string::npos) << r.output;
+  const RunResult clean = run_harness({"bisect", kOracleDir + "/tiny-gqa", "--step", "0", "--seq", "0", "--backend",
+                                       "reference," + kExample});
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+}
+
 TEST(PluginCli, NanAtStep2IsCaughtInTheLogitsOfStep2) {
   const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", kExample, "--plugin-option", "fault=nan-at-step-2"}, "nan");
   EXPECT_EQ(r.run.exit_code, 1) << r.run.output;
