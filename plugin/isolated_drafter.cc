@@ -143,7 +143,7 @@ IsolatedDrafter::IsolatedDrafter(const std::string& plugin_path, const DrafterCo
                                  std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings,
                                  const std::string& drafter_dir, const std::string& target_path,
                                  const PluginOptions& options, double timeout_s)
-    : config_(config), settings_(settings), name_("plugin:" + plugin_path),
+    : PluginProposerBase(config, settings), name_("plugin:" + plugin_path),
       timeout_ms_(static_cast<int>(timeout_s * 1000.0)) {
   if (!(timeout_s > 0) || timeout_s > 86400) {
     throw bad_input("--plugin-timeout " + std::to_string(timeout_s) + ": expected seconds in (0, 86400]");
@@ -328,16 +328,6 @@ std::optional<KvRows> IsolatedDrafter::read_kv_at(int layer, int seq, const std:
   rows.v = r.get_tensor();
   return rows;
 }
-
-SequenceView IsolatedDrafter::sequence_view(int seq) const {
-  throw unsupported(name_ + ": sequence_view(" + std::to_string(seq) + "): the plugin ABI has no page tables");
-}
-
-std::vector<int64_t> IsolatedDrafter::window_slots(int seq) const {
-  throw unsupported(name_ + ": window_slots(" + std::to_string(seq) + "): the plugin ABI has no page tables");
-}
-
-PoolView IsolatedDrafter::pool_view() const { throw unsupported(name_ + ": pool_view(): the plugin ABI has no page tables"); }
 
 void check_plugin_isolated(const std::string& plugin_path, double timeout_s) {
   Channel channel;

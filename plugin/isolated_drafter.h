@@ -10,17 +10,17 @@
 #include <sys/types.h>
 
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "core/proposer.h"
 #include "plugin/channel.h"
 #include "plugin/create_args.h"
+#include "plugin/plugin_proposer_base.h"
 
 namespace dflash {
 
-class IsolatedDrafter : public DraftProposer {
+class IsolatedDrafter : public PluginProposerBase {
  public:
   // Forks and waits (at most timeout_s) for the child's create(); what the child's create or open
   // threw is rethrown here with its kind.
@@ -31,18 +31,11 @@ class IsolatedDrafter : public DraftProposer {
   ~IsolatedDrafter() override;
 
   std::string name() const override { return name_; }
-  const DrafterConfig& config() const override { return config_; }
-  const HeadSettings& settings() const override { return settings_; }
-  void add_sequence(int seq) override { active_.insert(seq); }
   void release_sequence(int seq) override;
   void set_block_g(int g) override;
   int block_g() const override { return clamp_block_width(block_g_, settings_.gamma); }
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
 
-  std::vector<int> sequences() const override { return {active_.begin(), active_.end()}; }
-  SequenceView sequence_view(int seq) const override;
-  std::vector<int64_t> window_slots(int seq) const override;
-  PoolView pool_view() const override;
   std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override;
 
   Introspection introspection() const override { return introspection_; }
@@ -54,15 +47,12 @@ class IsolatedDrafter : public DraftProposer {
   std::string call(uint32_t op, const std::string& payload, const std::string& during) const;
   [[noreturn]] void child_died(const std::string& during) const;
 
-  DrafterConfig config_;
-  HeadSettings settings_;
   std::string name_ = "plugin";
   int timeout_ms_;
   mutable std::unique_ptr<Channel> channel_;
   pid_t child_ = -1;
   mutable bool dead_ = false;
   int block_g_ = 2;
-  std::set<int> active_;
   Introspection introspection_;
   std::vector<std::pair<std::string, std::string>> describe_;
 };

@@ -48,7 +48,7 @@ PluginDrafter::PluginDrafter(std::shared_ptr<const PluginLibrary> library, const
                              std::shared_ptr<const DrafterWeights> weights, const HeadSettings& settings,
                              const std::string& drafter_dir, const std::string& target_path,
                              const PluginOptions& options)
-    : library_(std::move(library)), config_(config), settings_(settings) {
+    : PluginProposerBase(config, settings), library_(std::move(library)) {
   name_ = library_->name() + "-" + precision_name(settings_.precision);
   args_ = make_create_args(config_, std::move(weights), settings_, drafter_dir, target_path, options);
   char message[kMessageSize] = {0};
@@ -74,8 +74,6 @@ void PluginDrafter::check(int status, const char* message, const std::string& du
                          during);
   }
 }
-
-void PluginDrafter::add_sequence(int seq) { active_.insert(seq); }
 
 void PluginDrafter::release_sequence(int seq) {
   char message[kMessageSize] = {0};
@@ -179,16 +177,6 @@ std::optional<KvRows> PluginDrafter::read_kv_at(int layer, int seq, const std::v
         message, "read_kv of layer " + std::to_string(layer) + ", sequence " + std::to_string(seq));
   return KvRows{Tensor({n, kv}, std::move(k)), Tensor({n, kv}, std::move(v))};
 }
-
-SequenceView PluginDrafter::sequence_view(int seq) const {
-  throw unsupported(name_ + ": sequence_view(" + std::to_string(seq) + "): the plugin ABI has no page tables");
-}
-
-std::vector<int64_t> PluginDrafter::window_slots(int seq) const {
-  throw unsupported(name_ + ": window_slots(" + std::to_string(seq) + "): the plugin ABI has no page tables");
-}
-
-PoolView PluginDrafter::pool_view() const { throw unsupported(name_ + ": pool_view(): the plugin ABI has no page tables"); }
 
 Introspection PluginDrafter::introspection() const {
   Introspection in;

@@ -3,17 +3,17 @@
 // in a child process.
 #pragma once
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "core/proposer.h"
 #include "plugin/create_args.h"
 #include "plugin/plugin_library.h"
+#include "plugin/plugin_proposer_base.h"
 
 namespace dflash {
 
-class PluginDrafter : public DraftProposer {
+class PluginDrafter : public PluginProposerBase {
  public:
   // `settings` resolved. A create() that fails throws with the plugin's message verbatim: its
   // status's kind (bad input, unsupported), or a DrafterFault for an internal failure.
@@ -23,19 +23,11 @@ class PluginDrafter : public DraftProposer {
   ~PluginDrafter() override;
 
   std::string name() const override { return name_; }
-  const DrafterConfig& config() const override { return config_; }
-  const HeadSettings& settings() const override { return settings_; }
-  void add_sequence(int seq) override;
   void release_sequence(int seq) override;
   void set_block_g(int g) override { block_g_ = clamp_block_width(g, settings_.gamma); }
   int block_g() const override { return block_g_; }
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override;
 
-  // The ABI has no page tables: Introspection::cache_view is false and the replay never asks.
-  std::vector<int> sequences() const override { return {active_.begin(), active_.end()}; }
-  SequenceView sequence_view(int seq) const override;
-  std::vector<int64_t> window_slots(int seq) const override;
-  PoolView pool_view() const override;
   std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override;
 
   Introspection introspection() const override;
@@ -47,13 +39,10 @@ class PluginDrafter : public DraftProposer {
   Tensor read_tap(int seq, const std::string& stage, bool* given);
 
   std::shared_ptr<const PluginLibrary> library_;
-  DrafterConfig config_;
-  HeadSettings settings_;
   std::unique_ptr<PluginCreateArgs> args_;
   dflash_drafter* drafter_ = nullptr;
   std::string name_;
   int block_g_ = 2;
-  std::set<int> active_;
   std::vector<std::string> stages_not_given_;
 };
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/forwarding_proposer.h"
 #include "plugin/export/proposer_export.h"
 #include "reference/reference_options.h"
 
@@ -61,44 +62,30 @@ std::shared_ptr<const DrafterWeights> with_rope_sign_fault(const DrafterConfig& 
 }
 
 // The reference with the chosen fault at its propose calls.
-class ExampleDrafter : public DraftProposer {
+class ExampleDrafter : public ForwardingProposer {
  public:
-  ExampleDrafter(std::unique_ptr<DraftProposer> inner, Fault fault) : inner_(std::move(inner)), fault_(fault) {}
+  ExampleDrafter(std::unique_ptr<DraftProposer> inner, Fault fault) : ForwardingProposer(std::move(inner)), fault_(fault) {}
 
-  std::string name() const override { return "reference-example-" + inner_->name(); }
-  const DrafterConfig& config() const override { return inner_->config(); }
-  const HeadSettings& settings() const override { return inner_->settings(); }
-  void add_sequence(int seq) override { inner_->add_sequence(seq); }
-  void release_sequence(int seq) override { inner_->release_sequence(seq); }
-  void set_block_g(int g) override { inner_->set_block_g(g); }
-  int block_g() const override { return inner_->block_g(); }
+  std::string name() const override { return "reference-example-" + inner().name(); }
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {
     const int step = step_++;
     if (fault_ == Fault::kHang) {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (fault_ == Fault::kSegfaultAtStep1 && step == 1) raise(SIGSEGV);
-    std::vector<ProposeOutput> out = inner_->propose(batch, want_taps);
+    std::vector<ProposeOutput> out = inner().propose(batch, want_taps);
     if (fault_ == Fault::kNanAtStep2 && step >= 2) {
       for (ProposeOutput& o : out) o.logits.values.at(0) = std::numeric_limits<float>::quiet_NaN();
     }
     return out;
   }
-  std::vector<int> sequences() const override { return inner_->sequences(); }
-  SequenceView sequence_view(int seq) const override { return inner_->sequence_view(seq); }
-  std::vector<int64_t> window_slots(int seq) const override { return inner_->window_slots(seq); }
-  PoolView pool_view() const override { return inner_->pool_view(); }
-  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
-    return inner_->read_kv(layer, slots);
-  }
   std::vector<std::pair<std::string, std::string>> describe() const override {
-    auto out = inner_->describe();
+    auto out = inner().describe();
     out.emplace_back("fault", fault_ == Fault::kNone ? "none" : "planted (plugin option fault)");
     return out;
   }
 
  private:
-  std::unique_ptr<DraftProposer> inner_;
   Fault fault_;
   int step_ = 0;
 };

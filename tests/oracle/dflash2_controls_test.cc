@@ -20,7 +20,7 @@
 #include "fixtures/fixture.h"
 #include "reference/reference_drafter.h"
 #include "reference/reference_options.h"
-#include "tests/properties/forwarding_proposer.h"
+#include "core/forwarding_proposer.h"
 
 namespace dflash {
 namespace {
@@ -31,7 +31,7 @@ constexpr Precision kAllPrecisions[] = {Precision::kFp64, Precision::kBf16, Prec
 std::string fixture_dir(const std::string& name) { return std::string(DFLASH_SOURCE_DIR) + "/fixtures/oracle/" + name; }
 
 // Drafts the per-row argmax of its logits (lowest id on ties), as a drafter that skips the walk.
-class ArgmaxProposer final : public prop::ForwardingProposer {
+class ArgmaxProposer final : public ForwardingProposer {
  public:
   using ForwardingProposer::ForwardingProposer;
   std::vector<ProposeOutput> propose(const std::vector<ProposeInput>& batch, bool want_taps) override {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "tests/properties/forwarding_proposer.h"
+#include "core/forwarding_proposer.h"
 
 namespace dflash::prop {
 namespace {

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/properties/forwarding_proposer.h"
+#include "core/forwarding_proposer.h"
 
 namespace dflash::prop {
 

@@ -1,5 +1,6 @@
-// A proposer that passes every call to an inner one. Broken variants and view-tampering doubles
-// derive from it and override the one behaviour they break, so each fault is a few lines.
+// A proposer that passes every call to an inner one. The property tests' broken variants and
+// view-tampering doubles, and the example plugin's planted faults, derive from it and override the
+// one behaviour they change, so each is a few lines.
 #pragma once
 #include <memory>
 #include <string>
@@ -8,7 +9,7 @@
 
 #include "core/proposer.h"
 
-namespace dflash::prop {
+namespace dflash {
 
 class ForwardingProposer : public DraftProposer {
  public:
@@ -31,7 +32,11 @@ class ForwardingProposer : public DraftProposer {
   std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
     return inner_->read_kv(layer, slots);
   }
+  std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override {
+    return inner_->read_kv_at(layer, seq, positions);
+  }
   std::vector<AttentionSpan> attention_spans() const override { return inner_->attention_spans(); }
+  Introspection introspection() const override { return inner_->introspection(); }
   std::vector<std::pair<std::string, std::string>> describe() const override { return inner_->describe(); }
 
  protected:
@@ -42,4 +47,4 @@ class ForwardingProposer : public DraftProposer {
   std::unique_ptr<DraftProposer> inner_;
 };
 
-}  // namespace dflash::prop
+}  // namespace dflash
