@@ -7,7 +7,7 @@
 #
 #   ci/gpu-gate.sh [--no-build] [--build-only] [--quick] [--batched-geometry] [--mutations [--mutation-ids "ID ..."]]
 #                  [--sanitize] [--sweep KERNELS]... [--sweep-batches "1 8 32"] [--profile]
-#                  [--no-propose-bench] [--no-gemm-bench] [--propose-only] [--out DIR]
+#                  [--no-propose-bench] [--no-gemm-bench] [--propose-only] [--release-only] [--out DIR]
 # The default pass:
 #   1. the GPU tests by label: `ctest -L gpu` with a resource spec written from the GPUs it sees
 #      (one test per GPU at a time, so a host with N GPUs runs the suite N-wide); the CUDA vs
@@ -24,6 +24,7 @@
 #   6. the propose benchmark and the GEMM benchmark of the release build (docs/benchmarks.md).
 # --mutations runs the catch suite instead: every planted bug of testing/fault_points.h replayed over
 # every bundled fixture folder in bf16 and fp8 (testing build), judged by mutation_catch_table.
+# --release-only needs and runs the release build alone: steps 2, 3, 3b and 6.
 # --sanitize runs compute-sanitizer's four tools over a subset of the GPU tests and one replay.
 # Writes summary.txt and logs under --out (default $OUT, else gpu-gate-out/). Exit 0 when every step
 # passed, 1 otherwise. ci/gpu-remote.sh carries the built trees to a GPU machine without the toolchain.
@@ -41,6 +42,7 @@ sanitize=0
 gemm_bench=1
 propose=1
 propose_only=0
+release_only=0
 batched_geometry=0
 mutations=0
 mutation_ids=""
@@ -63,6 +65,7 @@ while (($#)); do
     --no-gemm-bench) gemm_bench=0 ;;
     --no-propose-bench) propose=0 ;;
     --propose-only) propose_only=1; gemm_bench=0 ;;
+    --release-only) release_only=1 ;;
     --batched-geometry) batched_geometry=1 ;;
     --mutations) mutations=1 ;;
     --mutation-ids) mutation_ids=$2; shift ;;
@@ -80,12 +83,12 @@ if ((build)); then
     -DDFLASH_BUILD_TESTS=ON -DDFLASH_FAULT_POINTS=ON -DDFLASH_BUILD_BENCHMARKS=OFF >/dev/null
   ninja -C "$release_dir" -j "$(nproc)" dflash-harness cuda_propose_bench gemm_bench dflash_cuda_plugin
   # gpu_tests: every binary with a test labelled gpu (dflash_add_test), the catch table, the command.
-  ninja -C "$testing_dir" -j "$(nproc)" gpu_tests mutation_catch_table dflash-harness
+  ((release_only)) || ninja -C "$testing_dir" -j "$(nproc)" gpu_tests mutation_catch_table dflash-harness
   set +e
 fi
 ((build_only)) && exit 0
 
-[ -x "$release_dir/tools/dflash-harness" ] && [ -x "$testing_dir/tools/dflash-harness" ] ||
+[ -x "$release_dir/tools/dflash-harness" ] && { ((release_only)) || [ -x "$testing_dir/tools/dflash-harness" ]; } ||
   { echo "error: ci/gpu-gate.sh: $release_dir and $testing_dir are not built (run without --no-build)" >&2; exit 2; }
 mkdir -p "$out_dir"
 summary="$out_dir/summary.txt"
@@ -296,7 +299,11 @@ propose_bench() {
   sed -n '/^| precision/,$p' "$out_dir/$name.log" >>"$summary"
 }
 
-if ((propose_only == 0)); then
+if ((propose_only == 0 && release_only == 1)); then
+  release_checks
+  replays
+  plugin_replays
+elif ((propose_only == 0)); then
   : >"$tests_log"
   filter=(-E "$batched_geometry_tests")
   ((quick)) && filter=(-E "RealGeometry")

@@ -2,7 +2,7 @@
 # The remote-GPU adapter of ci/gpu-gate.sh, for a GPU machine that has the NVIDIA driver, CMake's
 # ctest and python3 but not this project's toolchain: build here, carry one bundle, run there.
 #
-#   ci/gpu-remote.sh stage [--no-build]
+#   ci/gpu-remote.sh stage [--no-build] [--release-only]
 #     here: builds both trees (ci/gpu-gate.sh --build-only; DFLASH_RELEASE_DIR and DFLASH_TESTING_DIR
 #     name them) and packs what the gate runs (the
 #     release command and benchmarks, every GPU test binary with its CTest files, the catch table,
@@ -22,26 +22,39 @@ bundle=.gpu/bundle.tar.xz
 
 case "${1:-}" in
   stage)
-    [ "${2:-}" = --no-build ] || DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir ci/gpu-gate.sh --build-only
+    shift
+    no_build=0 release_only=0
+    for a in "$@"; do
+      case "$a" in
+        --no-build) no_build=1 ;;
+        --release-only) release_only=1 ;;
+        *) echo "error: ci/gpu-remote.sh stage: unknown argument '$a'" >&2; exit 2 ;;
+      esac
+    done
+    only=()
+    ((release_only)) && only=(--release-only)
+    ((no_build)) || DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir ci/gpu-gate.sh --build-only "${only[@]}"
     staging=$(mktemp -d)
     {
       echo "$release_dir/tools/dflash-harness"
       echo "$release_dir/bench/cuda_propose_bench"
       echo "$release_dir/cuda/gemm_bench"
       echo "$release_dir/cuda/libdflash_cuda_plugin.so"
-      echo "$testing_dir/tools/dflash-harness"
-      echo "$testing_dir/tests/catch/mutation_catch_table"
-      # Every test binary CTest runs with label gpu, and every CTest file of the testing tree.
-      ctest --test-dir "$testing_dir" -N -L gpu --show-only=json-v1 |
-        python3 -c 'import json, sys; print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"]})))' |
-        sed "s#^$root/##"
-      find "$testing_dir" -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake'
+      if ((release_only == 0)); then
+        echo "$testing_dir/tools/dflash-harness"
+        echo "$testing_dir/tests/catch/mutation_catch_table"
+        # Every test binary CTest runs with label gpu, and every CTest file of the testing tree.
+        ctest --test-dir "$testing_dir" -N -L gpu --show-only=json-v1 |
+          python3 -c 'import json, sys; print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"]})))' |
+          sed "s#^$root/##"
+        find "$testing_dir" -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake'
+      fi
     } | sort -u >"$staging/files"
     tar -cf "$staging/trees.tar" -T "$staging/files"
     mkdir -p "$staging/lib" && cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 /usr/lib/x86_64-linux-gnu/libsleef.so.3 "$staging/lib/"
     echo "$root $release_dir $testing_dir" >"$staging/built-in"
     count=$(wc -l <"$staging/files")
-    rm -rf .gpu && mkdir -p .gpu
+    mkdir -p .gpu && rm -f "$bundle"  # other files (a baseline to compare with) stay
     tar -cf - -C "$staging" trees.tar lib built-in | xz -9 -T1 >"$bundle"
     rm -rf "$staging"
     echo "ci/gpu-remote.sh: staged $bundle ($(du -sm .gpu | cut -f1) MiB, $count files)"
@@ -55,7 +68,7 @@ case "${1:-}" in
     tar -xf "$unpacked/trees.tar"
     read -r built_in release_dir testing_dir <"$unpacked/built-in"
     export DFLASH_RELEASE_DIR=$release_dir DFLASH_TESTING_DIR=$testing_dir
-    find "$testing_dir" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
+    [ -d "$testing_dir" ] && find "$testing_dir" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
       -exec sed -i "s#$built_in#$root#g" {} +
     export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # The binaries need the CUDA runtime and cuBLAS(Lt) 13 of the machine's toolkit.
