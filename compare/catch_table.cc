@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "compare/text_format.h"
 #include "core/stages.h"
 
 namespace dflash {
@@ -61,6 +62,15 @@ std::string catch_summary(const std::vector<CatchResult>& results) {
   int declared = 0;
   for (const CatchResult& r : results) declared += r.as_declared() ? 1 : 0;
   return std::to_string(declared) + " of " + std::to_string(results.size()) + " caught as declared";
+}
+
+std::string format_acceptance_change(const std::optional<double>& working, const std::optional<double>& broken,
+                                     const std::vector<std::string>& failed_checks) {
+  if (!working || !broken) return "-";
+  std::string checks;
+  for (const std::string& c : failed_checks) checks += (checks.empty() ? "; " : ", ") + c;
+  return format_number(*broken - *working, "%+.2f") + " (" + format_number(*working, "%.2f") + " -> " +
+         format_number(*broken, "%.2f") + checks + ")";
 }
 
 }  // namespace dflash

@@ -61,4 +61,10 @@ std::string format_catch_table(const std::vector<CatchResult>& results);
 // "N of M caught as declared".
 std::string catch_summary(const std::vector<CatchResult>& results);
 
+// CatchResult::acceptance: "-1.77 (2.77 -> 1.00; canary, pinned)", the broken drafter's mean
+// acceptance length against the working one's, with the acceptance checks it failed ("canary",
+// "pinned"); "-" when either length is unknown.
+std::string format_acceptance_change(const std::optional<double>& working, const std::optional<double>& broken,
+                                     const std::vector<std::string>& failed_checks);
+
 }  // namespace dflash

@@ -94,15 +94,12 @@ std::optional<double> mean_acceptance_length(const ReplayResult& r, const Lanes&
 
 // "-1.77 (2.77 -> 1.00; canary, pinned)": the bug's change against the working drafter's.
 std::string acceptance_change(const std::optional<double>& working, const ReplayResult& broken, const Lanes& lanes) {
-  const std::optional<double> length = mean_acceptance_length(broken, lanes);
-  if (!working || !length) return "-";
-  std::string checks;
+  std::vector<std::string> checks;
   for (const AcceptanceFailure& f : broken.acceptance.failures) {
     const std::string name = f.check == "canary" ? "canary" : "pinned";
-    if (checks.find(name) == std::string::npos) checks += (checks.empty() ? "; " : ", ") + name;
+    if (std::find(checks.begin(), checks.end(), name) == checks.end()) checks.push_back(name);
   }
-  return format_number(*length - *working, "%+.2f") + " (" + format_number(*working, "%.2f") + " -> " +
-         format_number(*length, "%.2f") + checks + ")";
+  return format_acceptance_change(working, mean_acceptance_length(broken, lanes), checks);
 }
 
 // What the replay named first (compare/catch_table.h first_failure).

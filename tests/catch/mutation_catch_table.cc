@@ -2,11 +2,13 @@
 // --backend both` that ci/gpu-gate.sh --mutations wrote, one per planted mutation and precision
 // (DIR/<id>.<precision>.json, and DIR/none.<precision>.json for the build with no mutation active),
 // judges each mutation against its registry row (testing/fault_points.h) and prints the table in the
-// format of compare/catch_table.h.
+// format of compare/catch_table.h, with each mutation's change of the CUDA drafter's mean acceptance
+// length over the known-acceptance fixtures (fixtures/acceptance/) against the unmutated build's.
 //
 //   mutation_catch_table --list              the ids, one per line (what the gate runs)
 //   mutation_catch_table DIR [--markdown F]  the table; exit 0 when every mutation is caught as
 //                                            declared and the unmutated control has no failure
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -104,6 +106,47 @@ std::vector<std::string> every_failure(const std::vector<Report>& reports) {
   return out;
 }
 
+// The CUDA drafter's mean acceptance length over the fixtures with a target side (the
+// known-acceptance fixtures, fixtures/acceptance/) in one report, and the acceptance checks its side
+// failed ("canary", "pinned"); nullopt when no fixture has one.
+std::optional<double> cuda_acceptance(const json& document, std::vector<std::string>* failed) {
+  double sum = 0;
+  int sides = 0;
+  for (const json& result : document["results"]) {
+    if (!result.contains("acceptance") || !result["acceptance"].is_object()) continue;
+    std::vector<std::string> cuda_sides;
+    for (const json& side : result["acceptance"].value("sides", json::array())) {
+      const std::string name = side.value("name", std::string());
+      if (name.rfind("cuda", 0) != 0 || !side["mean_length"].is_number()) continue;
+      sum += side["mean_length"].get<double>();
+      ++sides;
+      cuda_sides.push_back(name);
+    }
+    for (const json& f : result["acceptance"].value("failures", json::array())) {
+      const std::string side = f.value("side", std::string());
+      if (std::find(cuda_sides.begin(), cuda_sides.end(), side) == cuda_sides.end()) continue;
+      const std::string name = f.value("check", std::string()) == "canary" ? "canary" : "pinned";
+      if (failed && std::find(failed->begin(), failed->end(), name) == failed->end()) failed->push_back(name);
+    }
+  }
+  if (sides == 0) return std::nullopt;
+  return sum / sides;
+}
+
+// The mutation's change of that length against the build with no mutation, at its precision.
+std::string acceptance_change(const PlantedMutation& m, const std::vector<Report>& reports,
+                              const std::vector<Report>& control) {
+  std::optional<double> working, broken;
+  std::vector<std::string> failed;
+  for (const Report& r : control) {
+    if (r.precision == m.precision) working = cuda_acceptance(r.document, nullptr);
+  }
+  for (const Report& r : reports) {
+    if (r.precision == m.precision) broken = cuda_acceptance(r.document, &failed);
+  }
+  return format_acceptance_change(working, broken, failed);
+}
+
 CatchResult judge(const PlantedMutation& m, const std::string& dir) {
   std::vector<std::string> missing;
   const std::vector<Report> reports = read_reports(dir, m.id, &missing);
@@ -150,7 +193,13 @@ int run(int argc, char** argv) {
   std::vector<std::string> false_alarms = every_failure(read_reports(dir, "none", &missing));
   for (const std::string& path : missing) false_alarms.push_back("no report " + path);
   std::vector<CatchResult> results;
-  for (const PlantedMutation& m : mutation_registry()) results.push_back(judge(m, dir));
+  std::vector<std::string> no_control;
+  const std::vector<Report> control = read_reports(dir, "none", &no_control);
+  for (const PlantedMutation& m : mutation_registry()) {
+    results.push_back(judge(m, dir));
+    std::vector<std::string> unused;
+    results.back().acceptance = acceptance_change(m, read_reports(dir, m.id, &unused), control);
+  }
 
   std::string text = format_catch_table(results) + "\n" + catch_summary(results) + "; control (no mutation): " +
                      (false_alarms.empty() ? "no failure" : std::to_string(false_alarms.size()) + " FAILURES") + "\n";
