@@ -99,9 +99,10 @@ class Replayer {
     for (const ReplayLane& lane : lanes_) {
       result_.proposers.push_back({lane.proposer->name(), precision_name(lane.precision), lane.proposer->describe()});
       introspection_.push_back(lane.proposer->introspection());
-      fp8 = fp8 || lane.precision == Precision::kFp8;
+      fp8 = fp8 || error_model(lane.precision).quantized_weights;  // fp8 or w8a8
     }
-    // The fp8 envelope is derived from the quantization error of these weights (docs/tolerances.md).
+    // The fp8 and w8a8 envelopes are derived from the quantization error of these weights
+    // (docs/tolerances.md).
     if (fp8 && fixture.weights) quantization_ = measure_weight_quantization(*fixture.weights);
     for (size_t i = 0; i < lanes_.size(); ++i) {
       if (!lanes_[i].compare_with_fixture) continue;

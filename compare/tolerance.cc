@@ -11,22 +11,25 @@ namespace {
 
 StagePath operator+(const StagePath& a, const StagePath& b) {
   return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms, a.accumulation + b.accumulation,
-          a.boundaries + b.boundaries, a.quantization + b.quantization};
+          a.boundaries + b.boundaries, a.quantization + b.quantization, a.activation + b.activation};
 }
 
 // Where two paths join, the longer one (component by component, an upper bound of either).
 StagePath longest(const StagePath& a, const StagePath& b) {
   return {std::max(a.roundings, b.roundings), std::max(a.fp8_gemms, b.fp8_gemms),
           std::max(a.accumulation, b.accumulation), std::max(a.boundaries, b.boundaries),
-          std::max(a.quantization, b.quantization)};
+          std::max(a.quantization, b.quantization), std::max(a.activation, b.activation)};
 }
 
 // The steps of one stage, as a bf16 engine (PyTorch on a GPU, docs/spec/drafter.md §3) computes them, with
 // the drafters' bf16 boundaries (docs/reference-precision.md) where they fall. Each entry:
 // {roundings, fp8 GEMMs, accumulation length, boundaries, quantization}.
 StagePath gemm(int64_t inner) { return {1, 0, inner, 0, 0.0}; }
-// A GEMM on per-row E4M3 weights whose relative error is `delta`.
-StagePath fp8_gemm(int64_t inner, double delta) { return {1, 1, inner, 0, delta * delta}; }
+// A GEMM on per-row E4M3 weights whose relative error is `delta` (and, in w8a8, on E4M3 input rows).
+StagePath fp8_gemm(int64_t inner, double delta) {
+  const double epsilon = activation_quantization_error(inner);
+  return {1, 1, inner, 0, delta * delta, epsilon * epsilon};
+}
 // RMSNorm: the normalized value is rounded, then its product with the weight (K = H for mean(x²)).
 StagePath rms_norm(int64_t width) { return {2, 0, width, 0, 0.0}; }
 // RoPE: cos/sin rounded to the activation type, two products, one sum.
@@ -44,6 +47,12 @@ struct GemmErrors {
 };
 
 }  // namespace
+
+double activation_quantization_error(int64_t inner) {
+  // A subnormal code is within 2^-10 of its value in code units: 2^-10 · scale = amax·2^-10/448.
+  const double subnormal = 0x1p-10 / 448.0;
+  return std::sqrt(kUnitRoundoffE4M3 * kUnitRoundoffE4M3 + static_cast<double>(inner) * subnormal * subnormal);
+}
 
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
                                              const WeightQuantization* measured) {
@@ -154,13 +163,15 @@ ErrorModel error_model(Precision precision) {
     // The drafters' bf16 and fp8 modes round to bf16 at their storage boundaries only.
     case Precision::kBf16: return {"bf16-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, false, 0};
     case Precision::kFp8: return {"fp8-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, true, 0};
+    case Precision::kW8a8: return {"w8a8-drafter", kUnitRoundoffBf16, kUnitRoundoffFp32, true, true, 0, true};
   }
   throw internal_error("error_model: unknown precision");
 }
 
 ErrorModel fixture_error_model(const std::string& expect_precision) {
   Precision precision;
-  if (!parse_precision(expect_precision, &precision)) {
+  // The fixture format has no w8a8 expectations (docs/spec/fixture-format.md).
+  if (!parse_precision(expect_precision, &precision) || precision == Precision::kW8a8) {
     throw bad_input("provenance.expect_precision: '" + expect_precision + "' is not one of fp64, fp32, bf16, fp8");
   }
   ErrorModel model = error_model(precision);
@@ -174,7 +185,8 @@ ErrorModel fixture_error_model(const std::string& expect_precision) {
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights) {
   const double storage_roundings = model.rounds_at_boundaries ? path.boundaries : path.roundings;
   const double quantization = count_weights && model.quantized_weights ? path.quantization : 0.0;
-  const double variance = storage_roundings * model.storage * model.storage + quantization +
+  const double activation = model.quantized_activations ? path.activation : 0.0;
+  const double variance = storage_roundings * model.storage * model.storage + quantization + activation +
                           static_cast<double>(path.accumulation) * model.accumulation * model.accumulation +
                           kUnitRoundoffFp32 * kUnitRoundoffFp32;
   return std::sqrt(variance);
@@ -193,9 +205,9 @@ TolerancePair cross_pair(Precision reference, const std::string& reference_name,
   TolerancePair pair;
   pair.expected = error_model(reference);
   pair.actual = error_model(candidate);
-  pair.shared_quantized_weights = reference == Precision::kFp8 && candidate == Precision::kFp8;
-  pair.same_rounding_points =
-      reference == candidate && (reference == Precision::kBf16 || reference == Precision::kFp8);
+  // fp8 and w8a8 hold the same E4M3 weights (core/fp8.h).
+  pair.shared_quantized_weights = pair.expected.quantized_weights && pair.actual.quantized_weights;
+  pair.same_rounding_points = reference == candidate && pair.expected.rounds_at_boundaries;
   pair.label = reference_name + " vs " + candidate_name;
   return pair;
 }
@@ -206,9 +218,14 @@ StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t
     const double n = path.boundaries, u = kUnitRoundoffBf16;
     const double accumulation = 2.0 * std::sqrt(static_cast<double>(path.accumulation) * kUnitRoundoffFp32 *
                                                     kUnitRoundoffFp32 + kUnitRoundoffFp32 * kUnitRoundoffFp32);
-    bound.estimate = std::sqrt(n) * u + accumulation;
-    bound.rel_rms = 2.0 * std::sqrt(n) * u + kSafetyFactor * accumulation;
-    bound.max_rel = 2.0 * n * u + kSafetyFactor * accumulation;
+    // w8a8: each quantized input row may take codes one E4M3 ulp apart where the two sides' bf16
+    // inputs differ (2·ε_a of the row's norm, 2·u_e4m3 of its largest element).
+    const bool activations = pair.expected.quantized_activations && pair.actual.quantized_activations;
+    const double flips = activations ? path.activation : 0.0;
+    const double flips_max = activations ? path.fp8_gemms * kUnitRoundoffE4M3 : 0.0;
+    bound.estimate = std::sqrt(n * u * u + flips) + accumulation;
+    bound.rel_rms = 2.0 * std::sqrt(n * u * u + flips) + kSafetyFactor * accumulation;
+    bound.max_rel = 2.0 * (n * u + flips_max) + kSafetyFactor * accumulation;
     // A path without roundings (the embedding's copies, the selector's ids) has no rounding to bias.
     bound.rounding_bias = path.boundaries > 0 || path.roundings > 0;
     return bound;

@@ -51,6 +51,17 @@ QuantizedRows quantize_rows_e4m3(const Tensor& weight) {
   return q;
 }
 
+float activation_scale_e4m3(const float* row, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < n; ++k) amax = std::fmax(amax, std::fabs(row[k]));
+  return std::fmax(amax, kActivationAmaxFloor) / kE4M3Max;
+}
+
+void quantize_activation_e4m3(const float* row, int64_t n, float scale, uint8_t* codes) {
+  const float inv_scale = 1.0f / scale;
+  for (int64_t k = 0; k < n; ++k) codes[k] = float_to_e4m3_satfinite(row[k] * inv_scale);
+}
+
 Tensor decode_e4m3_codes(const QuantizedRows& q) {
   Tensor t = Tensor::zeros({q.rows, q.cols});
   for (size_t i = 0; i < q.codes.size(); ++i) t.values[i] = e4m3_to_float(q.codes[i]);

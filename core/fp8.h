@@ -29,4 +29,19 @@ QuantizedRows quantize_rows_e4m3(const Tensor& weight);
 // codes decoded to float, [rows, cols] (the scale is not applied: it multiplies the dot product).
 Tensor decode_e4m3_codes(const QuantizedRows& q);
 
+// W8A8 (docs/spec/drafter.md §6): a GEMM's input rows quantized per token, each row on its own:
+//   scale   = max(amax, 2^-9) / 448   (fp32 division; amax = max_k |x[k]|, NaN ignored)
+//           or the projection's static per-tensor input_scale
+//   code[k] = e4m3_rne_satfinite(x[k] * (1 / scale))   (fp32 reciprocal, fp32 product)
+//   C[m,n]  = act_scale[m] * (weight_scale[n] * sum_k code[m,k] * q[n,k])   (fp32 sum)
+// The floor 2^-9 is vLLM's: its per-token kernel takes max(amax / 448, 1 / (448 · 512)), the same
+// fp32 value as max(amax, 2^-9) / 448 (448 · 2^9 is exact and division by 448 is monotone), so an
+// all-zero row gets a finite scale and all-zero codes.
+constexpr float kActivationAmaxFloor = 0x1p-9f;
+
+// The dynamic scale of one row of n values.
+float activation_scale_e4m3(const float* row, int64_t n);
+// codes[k] = e4m3_rne_satfinite(row[k] * (1 / scale)) for k < n; scale > 0.
+void quantize_activation_e4m3(const float* row, int64_t n, float scale, uint8_t* codes);
+
 }  // namespace dflash

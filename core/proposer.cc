@@ -14,12 +14,13 @@ const char* precision_name(Precision precision) {
     case Precision::kFp32: return "fp32";
     case Precision::kBf16: return "bf16";
     case Precision::kFp8: return "fp8";
+    case Precision::kW8a8: return "w8a8";
   }
   return "?";
 }
 
 bool parse_precision(const std::string& name, Precision* out) {
-  for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kBf16, Precision::kFp8}) {
+  for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kBf16, Precision::kFp8, Precision::kW8a8}) {
     if (name == precision_name(p)) { *out = p; return true; }
   }
   return false;

@@ -22,8 +22,12 @@ namespace dflash {
 //  kBf16: bf16 weights, fp32 accumulation, bf16 storage at the CUDA drafter's stage boundaries
 //         (the reference emulates the rounding).
 //  kFp8:  kBf16 with q/k/v/o/gate/up/down and lm_head as per-row E4M3 (the reference emulates the
-//         quantization bit for bit).
-enum class Precision { kFp64, kFp32, kBf16, kFp8 };
+//         quantization bit for bit): W8A16.
+//  kW8a8: kFp8 with the input rows of those eight GEMMs quantized too (what vLLM and SGLang serve):
+//         per token, scale = max(amax, 2^-9) / 448 in fp32 or the projection's static input_scale,
+//         codes = E4M3 RNE satfinite of x · (1 / scale); E4M3 × E4M3 products accumulated in fp32;
+//         the epilogue multiplies by act_scale[token] · (weight_scale[row] · sum) (core/fp8.h).
+enum class Precision { kFp64, kFp32, kBf16, kFp8, kW8a8 };
 const char* precision_name(Precision precision);
 bool parse_precision(const std::string& name, Precision* out);
 

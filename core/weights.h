@@ -23,6 +23,10 @@ struct LayerWeights {
   Tensor q_norm, k_norm;            // [d]
   Tensor gate_proj, up_proj;        // [I, H]
   Tensor down_proj;                 // [H, I]
+  // Static per-tensor activation scales of a pre-quantized FP8 checkpoint (`input_scale`), used in
+  // w8a8 mode in place of the per-token dynamic scale (docs/spec/drafter.md §6); absent: dynamic.
+  std::optional<float> q_input_scale, k_input_scale, v_input_scale, o_input_scale;
+  std::optional<float> gate_input_scale, up_input_scale, down_input_scale;
   // DFlash2 only (docs/spec/dflash2.md §2), empty otherwise.
   Tensor attn_conv_base, mlp_conv_base;  // [2, k, H]: [side, tap, channel]
   Tensor attn_conv_proj, mlp_conv_proj;  // kernel_projection [2·k·ng, H]
@@ -45,6 +49,7 @@ struct DrafterWeights {
   Tensor lm_head;       // [V, H] (from the target; a copy of embed_tokens for a tied target); empty when
                         // the target's head is NVFP4
   NvFp4Weight lm_head_nvfp4;  // the target's head in NVFP4 (docs/spec/nvfp4-lm-head.md), used as it is
+  std::optional<float> lm_head_input_scale;  // as LayerWeights' *_input_scale, for the lm_head
   bool nvfp4_head() const { return !lm_head_nvfp4.empty(); }
 };
 

@@ -34,6 +34,7 @@ dflash_precision to_plugin_precision(Precision precision) {
     case Precision::kFp32: return DFLASH_PRECISION_FP32;
     case Precision::kBf16: return DFLASH_PRECISION_BF16;
     case Precision::kFp8: return DFLASH_PRECISION_FP8;
+    case Precision::kW8a8: return DFLASH_PRECISION_W8A8;
   }
   throw internal_error("to_plugin_precision: unknown precision");
 }
@@ -44,6 +45,7 @@ bool from_plugin_precision(int32_t value, Precision* out) {
     case DFLASH_PRECISION_FP32: *out = Precision::kFp32; return true;
     case DFLASH_PRECISION_BF16: *out = Precision::kBf16; return true;
     case DFLASH_PRECISION_FP8: *out = Precision::kFp8; return true;
+    case DFLASH_PRECISION_W8A8: *out = Precision::kW8a8; return true;
     default: return false;
   }
 }

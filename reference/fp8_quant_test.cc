@@ -1,7 +1,8 @@
 // core/fp8.h: OCP E4M3 encoding (round to nearest even, saturate to ±448, NaN -> 0x7f), decoding,
-// and the per-row weight quantization of docs/spec/drafter.md §6. Expected codes come from a brute-force
-// nearest-value search over the 254 finite E4M3 values written here from the format's definition,
-// not from the encoder under test.
+// the per-row weight quantization and the per-token activation quantization (w8a8) of
+// docs/spec/drafter.md §6. Expected codes come from a brute-force nearest-value search over the 254
+// finite E4M3 values written here from the format's definition, not from the encoder under test;
+// expected scales from the formulas, written out here.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -198,6 +199,110 @@ TEST(QuantizeRows, DequantizedRowsStayWithinHalfAStep) {
       EXPECT_LE(std::fabs(decoded - x), step / 2 + std::fabs(x) * 1e-6f) << "n=" << n << " k=" << k;
     }
   }
+}
+
+// Per-token activation quantization: the scale max(amax, 2^-9) / 448 and codes E4M3(x · (1/scale)),
+// computed here from the formula and the brute-force encoder.
+std::vector<uint8_t> expected_codes(const std::vector<float>& row, float scale) {
+  const float inv = 1.0f / scale;
+  std::vector<uint8_t> codes;
+  for (float x : row) codes.push_back(brute_force_encode(x * inv));
+  return codes;
+}
+
+std::vector<uint8_t> quantized(const std::vector<float>& row, float scale) {
+  std::vector<uint8_t> codes(row.size(), 0xaa);
+  quantize_activation_e4m3(row.data(), static_cast<int64_t>(row.size()), scale, codes.data());
+  return codes;
+}
+
+TEST(ActivationQuant, AKnownRow) {
+  const std::vector<float> row = {1.5f, -3.5f, 0.75f, 0.0f, -0.0f, 2.0f, 0.01f, -0.3f};
+  const float amax = 3.5f;  // by inspection
+  const float scale = amax / 448.0f;
+  EXPECT_EQ(scale, 0x1p-7f);  // 3.5 / 448 = 1/128 exactly: the codes below are x · 128
+  const float got = activation_scale_e4m3(row.data(), static_cast<int64_t>(row.size()));
+  EXPECT_EQ(got, scale);
+  const std::vector<uint8_t> codes = quantized(row, got);
+  EXPECT_EQ(codes, expected_codes(row, scale));
+  // By hand: 192 = 1.5·2^7 (exponent field 14, mantissa 4); -448 (saturated maximum); 96; +0; -0;
+  // 256 = 2^8; 1.28 -> 1.25 (exponent field 7, mantissa 2); -38.4 -> -40 = -1.25·2^5.
+  const std::vector<uint8_t> by_hand = {0x74, 0xfe, 0x6c, 0x00, 0x80, 0x78, 0x3a, 0xe2};
+  EXPECT_EQ(codes, by_hand);
+}
+
+TEST(ActivationQuant, StaticScaleSaturatesAtPlusMinus448) {
+  // A static input_scale of 0.01 on values up to 5: x / 0.01 runs past 448 and saturates.
+  const std::vector<float> row = {5.0f, -5.0f, 4.4f, 4.3f, -1e30f, 0.02f};
+  const float scale = 0.01f;
+  const std::vector<uint8_t> codes = quantized(row, scale);
+  EXPECT_EQ(codes, expected_codes(row, scale));
+  EXPECT_EQ(codes[0], 0x7e);  // 500 -> 448
+  EXPECT_EQ(codes[1], 0xfe);  // -500 -> -448
+  EXPECT_EQ(codes[2], 0x7e);  // 440: past the 416/448 midpoint 432
+  EXPECT_EQ(codes[3], 0x7d);  // 430: 416
+  EXPECT_EQ(codes[4], 0xfe);
+  EXPECT_EQ(codes[5], 0x40);  // 2 = 2^1 (exponent field 8)
+}
+
+TEST(ActivationQuant, ZeroRowAndRowsBelowTheFloor) {
+  // amax 0: the floor 2^-9 gives scale 2^-9 / 448, vLLM's 1 / (448 · 512), and all-zero codes.
+  const std::vector<float> zeros = {0.0f, -0.0f, 0.0f};
+  const float floor_scale = 1.0f / (448.0f * 512.0f);
+  EXPECT_EQ(activation_scale_e4m3(zeros.data(), 3), floor_scale);
+  EXPECT_EQ(quantized(zeros, floor_scale), (std::vector<uint8_t>{0x00, 0x80, 0x00}));
+  // amax 2^-12 < 2^-9: the same floor scale; codes of x · 448 · 512.
+  const std::vector<float> tiny = {0x1p-12f, -0x1p-13f, 0x1p-20f};
+  EXPECT_EQ(activation_scale_e4m3(tiny.data(), 3), floor_scale);
+  EXPECT_EQ(quantized(tiny, floor_scale), expected_codes(tiny, floor_scale));
+  // Just above the floor the row's own amax decides.
+  const std::vector<float> above = {0x1.02p-9f, 0.0f};
+  EXPECT_EQ(activation_scale_e4m3(above.data(), 2), 0x1.02p-9f / 448.0f);
+}
+
+TEST(ActivationQuant, NaNIsIgnoredByTheScaleAndKeepsItsCode) {
+  const std::vector<float> row = {std::numeric_limits<float>::quiet_NaN(), 1.0f, -0.5f};
+  const float scale = activation_scale_e4m3(row.data(), 3);
+  EXPECT_EQ(scale, 1.0f / 448.0f);
+  const std::vector<uint8_t> codes = quantized(row, scale);
+  EXPECT_EQ(codes[0], 0x7f);
+  EXPECT_EQ(codes[1], brute_force_encode(1.0f * (1.0f / scale)));
+}
+
+// The floor is vLLM's: max(amax / 448, 1 / (448 · 512)) is the same fp32 number as
+// max(amax, 2^-9) / 448, for every amax (division by 448 is monotone, and 2^-9 / 448 rounds like
+// 1 / 229376 since a power of two scales exactly).
+RC_GTEST_PROP(ActivationQuantProperty, FloorIsVllmsMinScalingFactor, ()) {
+  const int mantissa = *rc::gen::inRange(0, 1 << 23);
+  const int exponent = *rc::gen::inRange(-30, 20);
+  const float amax = std::ldexp(1.0f + static_cast<float>(mantissa) / (1 << 23), exponent);
+  const float vllm = std::fmax(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+  RC_ASSERT(std::fmax(amax, 0x1p-9f) / 448.0f == vllm);
+  const std::vector<float> row = {0.0f, -amax, amax / 3};
+  RC_ASSERT(activation_scale_e4m3(row.data(), 3) == vllm);
+}
+
+// The row's largest magnitude always lands on ±448 (the product may round a hair past it:
+// satfinite), and every code is the nearest E4M3 value of x · (1/scale).
+RC_GTEST_PROP(ActivationQuantProperty, RowMaximumMapsTo448, ()) {
+  const int n = *rc::gen::inRange(1, 40);
+  const int exponent = *rc::gen::inRange(-8, 12);
+  std::vector<float> row;
+  for (int k = 0; k < n; ++k) {
+    const int m = *rc::gen::inRange(-(1 << 20), 1 << 20);
+    row.push_back(std::ldexp(static_cast<float>(m), exponent - 20));
+  }
+  float amax = 0.0f;
+  size_t at = 0;
+  for (size_t k = 0; k < row.size(); ++k) {
+    if (std::fabs(row[k]) > amax) amax = std::fabs(row[k]), at = k;
+  }
+  RC_PRE(amax >= 0x1p-9f);
+  const float scale = amax / 448.0f;
+  RC_ASSERT(activation_scale_e4m3(row.data(), n) == scale);
+  const std::vector<uint8_t> codes = quantized(row, scale);
+  RC_ASSERT(codes == expected_codes(row, scale));
+  RC_ASSERT((codes[at] & 0x7f) == 0x7e);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "reference/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -26,9 +27,14 @@ int64_t chunk_rows_for(int64_t in_features, size_t element_size) {
 
 template <typename T>
 Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
-                  ThreadPool& pool)
-    : name_(name) {
+                  ThreadPool& pool, const Fp8Activations& activations)
+    : name_(name), activations_(activations) {
   if (weight.shape.size() != 2) throw bad_input(name + ": weight must be 2-D, got " + shape_string(weight.shape));
+  if (activations.quantize && !quantize_fp8) throw internal_error(name + ": w8a8 activations need fp8 weights");
+  if (activations.input_scale && !(std::isfinite(*activations.input_scale) && *activations.input_scale > 0.0f)) {
+    // check_weights_finite refuses such a checkpoint first, naming the tensor.
+    throw internal_error(name + ": input_scale " + std::to_string(*activations.input_scale) + " is not finite and > 0");
+  }
   out_ = weight.shape[0];
   in_ = weight.shape[1];
   if (!bias.values.empty() && bias.numel() != out_) {
@@ -85,9 +91,40 @@ void Linear<T>::plant_fault(Fp8Fault fault, bool lm_head) {
       for (int64_t n = 0; n < out_; ++n) std::fill(owned_.begin() + n * in_ + first, owned_.begin() + (n + 1) * in_, T(0));
       return;
     }
+    case Fp8Fault::kUnscaledActivation:
+      unscaled_activation_ = activations_.quantize;
+      return;
   }
 }
 #endif
+
+template <typename T>
+void Linear<T>::quantize_rows(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* codes,
+                              std::vector<T>* scales, ThreadPool& pool) const {
+  if constexpr (!std::is_same<T, float>::value) {
+    (void)x, (void)rows, (void)codes, (void)scales, (void)pool;
+    throw internal_error(name_ + ": w8a8 activations are emulated in fp32 only");
+  } else {
+    codes->resize(rows, in_);
+    scales->assign(static_cast<size_t>(rows), 0.0f);
+    constexpr int64_t kRowsPerTask = 16;
+    pool.run(static_cast<size_t>((rows + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
+      std::vector<uint8_t> row_codes(static_cast<size_t>(in_));
+      const int64_t end = std::min(rows, static_cast<int64_t>(task + 1) * kRowsPerTask);
+      for (int64_t m = static_cast<int64_t>(task) * kRowsPerTask; m < end; ++m) {
+        const float scale = activations_.input_scale ? *activations_.input_scale : activation_scale_e4m3(x.row(m), in_);
+        float divisor = scale;
+#ifdef DFLASH_FAULT_POINTS
+        if (unscaled_activation_) divisor = 1.0f;  // the planted bug: codes of x, not of x / scale
+#endif
+        quantize_activation_e4m3(x.row(m), in_, divisor, row_codes.data());
+        float* out = codes->row(m);
+        for (int64_t k = 0; k < in_; ++k) out[k] = e4m3_to_float(row_codes[static_cast<size_t>(k)]);
+        (*scales)[static_cast<size_t>(m)] = scale;
+      }
+    });
+  }
+}
 
 template <typename T>
 Linear<T> Linear<T>::decoded(std::vector<T> weight, int64_t out, int64_t in, std::vector<T> row_scale,
@@ -108,8 +145,8 @@ Linear<T> Linear<T>::decoded(std::vector<T> weight, int64_t out, int64_t in, std
 }
 
 template <typename T>
-void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
-                            AlignedMatrix<T>* y) const {
+void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64_t row_begin, int64_t row_end,
+                            int64_t chunk, AlignedMatrix<T>* y) const {
   using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   const int64_t n0 = chunk * chunk_rows_;
@@ -122,6 +159,9 @@ void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_
     ym.noalias() = w * xm;
     if (!scale_.empty()) {
       for (int64_t j = 0; j < n; ++j) out[j] = scale_[n0 + j] * out[j];
+    }
+    if (act_scale != nullptr) {  // w8a8: act_scale[m] · (scale[n] · dot), as vLLM's scaled-mm epilogue
+      for (int64_t j = 0; j < n; ++j) out[j] = act_scale[m] * out[j];
     }
     if (!bias_.empty()) {
       for (int64_t j = 0; j < n; ++j) out[j] = out[j] + bias_[n0 + j];
@@ -137,11 +177,18 @@ void Linear<T>::apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>*
                          std::to_string(out_) + ", " + std::to_string(in_) + "] and " + std::to_string(rows) + " rows");
   }
   if (rows == 0) return;
+  // w8a8: the GEMV reads the rows' decoded E4M3 codes; each row's scale goes to the epilogue.
+  AlignedMatrix<T> codes;
+  std::vector<T> act_scale;
+  if (activations_.quantize) quantize_rows(x, rows, &codes, &act_scale, pool);
+  const AlignedMatrix<T>& in = activations_.quantize ? codes : x;
+  const T* scales = activations_.quantize ? act_scale.data() : nullptr;
   const int64_t chunks = (out_ + chunk_rows_ - 1) / chunk_rows_;
   const int64_t block = std::max<int64_t>(1, kActivationBlockBytes / std::max<int64_t>(1, in_ * static_cast<int64_t>(sizeof(T))));
   for (int64_t begin = 0; begin < rows; begin += block) {
     const int64_t end = std::min(rows, begin + block);
-    pool.run(static_cast<size_t>(chunks), [&](size_t chunk) { apply_chunk(x, begin, end, static_cast<int64_t>(chunk), y); });
+    pool.run(static_cast<size_t>(chunks),
+             [&](size_t chunk) { apply_chunk(in, scales, begin, end, static_cast<int64_t>(chunk), y); });
   }
 }
 

@@ -7,8 +7,15 @@
 // fp8 (docs/spec/drafter.md §6, T = float only): W is quantized per output row with core/fp8.h; the GEMV uses
 // the decoded E4M3 codes (exact in float) and y[m, n] = scale[n] · dot (+ b[n]). A decoded weight
 // (Linear::decoded) uses the same form with the scales it is given.
+//
+// w8a8 (fp8 weights plus Fp8Activations): each input row x[m] is first quantized on its own with
+// core/fp8.h (per token, or with the static input scale), the GEMV runs on its decoded codes, and
+// y[m, n] = act_scale[m] · (scale[n] · dot) (+ b[n]). A product of two E4M3 values has at most 8
+// significant bits and a magnitude of 0 or in [2^-18, 2^18), so it is exact in float: the dot
+// product's only roundings are its fp32 additions, in the same Eigen order as every other mode.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +26,12 @@
 
 namespace dflash {
 
+// W8A8: the input rows are quantized to E4M3 too (docs/spec/drafter.md §6).
+struct Fp8Activations {
+  bool quantize = false;
+  std::optional<float> input_scale;  // static per-tensor scale; absent: per token, dynamic
+};
+
 template <typename T>
 class Linear {
  public:
@@ -26,8 +39,10 @@ class Linear {
   // weight [N, K] (bf16 values), bias [N] or empty. With a float T and no quantization the weight
   // is used in place, so `weight` must outlive this object; otherwise it is converted and owned.
   // Conversion and quantization run over `pool` in blocks of rows (each row is quantized on its
-  // own, so the bytes do not depend on the thread count).
-  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool);
+  // own, so the bytes do not depend on the thread count). Quantized activations need quantized
+  // weights and a float T.
+  Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name, ThreadPool& pool,
+         const Fp8Activations& activations = {});
 
   // A weight already in its compute form (the NVFP4 head): [out, in] values, owned, and per output
   // row a scale that multiplies the dot product (empty: none).
@@ -38,19 +53,25 @@ class Linear {
   int64_t in_features() const { return in_; }
   int64_t chunk_rows() const { return chunk_rows_; }
   bool quantized() const { return !scale_.empty(); }
+  const Fp8Activations& activations() const { return activations_; }
   const std::string& name() const { return name_; }
 
   // y.row(m)[0, N) = x.row(m)[0, K) · Wᵀ (+ b) for m < rows. y must have >= rows rows and N cols.
   void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
 
 #ifdef DFLASH_FAULT_POINTS
-  // Plants an fp8 GEMM bug (testing/reference_faults.h) in the quantized weights: negative controls.
-  // kQuantizedDrafter is a fault of the head alone: planted only where `lm_head` is true.
+  // Plants an fp8 GEMM bug (testing/reference_faults.h) in the quantized weights or activations:
+  // negative controls. kQuantizedDrafter is a fault of the head alone: planted only where `lm_head`
+  // is true; kUnscaledActivation only where the activations are quantized.
   void plant_fault(Fp8Fault fault, bool lm_head = false);
 #endif
 
  private:
-  void apply_chunk(const AlignedMatrix<T>& x, int64_t row_begin, int64_t row_end, int64_t chunk,
+  // x's rows [0, rows) quantized per row: the decoded codes into *codes, the scales into *scales.
+  void quantize_rows(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* codes, std::vector<T>* scales,
+                     ThreadPool& pool) const;
+  // act_scale: one per row of x (w8a8), or nullptr.
+  void apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64_t row_begin, int64_t row_end, int64_t chunk,
                    AlignedMatrix<T>* y) const;
 
   std::string name_;
@@ -60,6 +81,10 @@ class Linear {
   std::vector<T> owned_;
   std::vector<T> scale_;       // fp8: one per output row
   std::vector<T> bias_;        // empty without bias
+  Fp8Activations activations_;
+#ifdef DFLASH_FAULT_POINTS
+  bool unscaled_activation_ = false;  // Fp8Fault::kUnscaledActivation planted
+#endif
 };
 
 }  // namespace dflash

@@ -2,8 +2,11 @@
 // whatever the number of rows, their place in the product, or the thread count (docs/spec/drafter.md §5).
 #include "reference/linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -76,6 +79,63 @@ TEST(Linear, FloatMatchesFloat64Dot) { check_against_float64<float>(false); }
 TEST(Linear, DoubleMatchesFloat64Dot) { check_against_float64<double>(false); }
 TEST(Linear, Fp8UsesScaledDecodedCodes) { check_against_float64<float>(true); }
 
+// w8a8: y[m, n] = a[m] · (s[n] · Σ_k dec(q[n,k]) · dec(c[m,k])) + b[n], with the activation codes c
+// and scale a written out here from docs/spec/drafter.md §6 (amax, max(amax, 2^-9)/448 or the static
+// scale, x · (1/a) encoded). Every product is exact in float, so the only rounding is the fp32 sum's
+// (γ_K · Σ|products|) and the two scale products and the bias add on top.
+void check_w8a8(std::optional<float> input_scale) {
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 1);
+  const Tensor b = random_bf16({kOut}, 0.5f, 2);
+  ThreadPool pool(2);
+  const Linear<float> linear(w, b, true, "test", pool, Fp8Activations{true, input_scale});
+  AlignedMatrix<float> x = random_rows<float>(5, kIn, 3);
+  for (int64_t k = 0; k < kIn; ++k) x.row(4)[k] = 0.0f;  // an all-zero row: only the bias is left
+  AlignedMatrix<float> y(5, kOut);
+  linear.apply(x, 5, &y, pool);
+
+  const QuantizedRows q = quantize_rows_e4m3(w);
+  const double u = std::numeric_limits<float>::epsilon() / 2;
+  const double gamma = kIn * u / (1 - kIn * u);
+  for (int64_t m = 0; m < 5; ++m) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < kIn; ++k) amax = std::max(amax, std::fabs(x.row(m)[k]));
+    const float a = input_scale ? *input_scale : std::max(amax, 0x1p-9f) / 448.0f;
+    const float inv = 1.0f / a;
+    std::vector<double> c(kIn);
+    for (int64_t k = 0; k < kIn; ++k) c[k] = e4m3_to_float(float_to_e4m3_satfinite(x.row(m)[k] * inv));
+    for (int64_t n = 0; n < kOut; ++n) {
+      double dot = 0, magnitude = 0;
+      for (int64_t k = 0; k < kIn; ++k) {
+        const double p = e4m3_to_float(q.codes[n * kIn + k]) * c[k];
+        dot += p;
+        magnitude += std::fabs(p);
+      }
+      const double scaled = static_cast<double>(a) * (static_cast<double>(q.scales[n]) * dot);
+      const double exact = scaled + b.values[n];
+      const double bound = gamma * magnitude * a * q.scales[n] + 3 * u * (std::fabs(scaled) + std::fabs(exact));
+      ASSERT_LE(std::fabs(static_cast<double>(y.row(m)[n]) - exact), bound) << "m=" << m << " n=" << n;
+      if (m == 4) ASSERT_EQ(y.row(m)[n], b.values[n]) << "n=" << n;
+    }
+  }
+}
+
+TEST(Linear, W8a8QuantizesEachRowPerToken) { check_w8a8(std::nullopt); }
+TEST(Linear, W8a8UsesTheStaticInputScale) { check_w8a8(0.004f); }  // rows up to 2 clip at 448 · 0.004 = 1.792
+
+TEST(Linear, W8a8DiffersFromFp8) {
+  // The quantized activations must not silently be the bf16 ones.
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 4);
+  ThreadPool pool(1);
+  const Linear<float> fp8(w, Tensor(), true, "fp8", pool), w8a8(w, Tensor(), true, "w8a8", pool, Fp8Activations{true, {}});
+  const AlignedMatrix<float> x = random_rows<float>(1, kIn, 5);
+  AlignedMatrix<float> a(1, kOut), b(1, kOut);
+  fp8.apply(x, 1, &a, pool);
+  w8a8.apply(x, 1, &b, pool);
+  int differing = 0;
+  for (int64_t n = 0; n < kOut; ++n) differing += a.row(0)[n] != b.row(0)[n];
+  EXPECT_GT(differing, kOut / 2);
+}
+
 TEST(Linear, Fp8DiffersFromBf16Weights) {
   // The quantized product must not silently be the bf16 one.
   const Tensor w = random_bf16({kOut, kIn}, 0.3f, 4);
@@ -93,11 +153,11 @@ TEST(Linear, Fp8DiffersFromBf16Weights) {
 }
 
 template <typename T>
-void check_row_invariance(bool fp8) {
+void check_row_invariance(bool fp8, bool w8a8 = false) {
   const Tensor w = random_bf16({kOut, kIn}, 0.3f, 6);
   const Tensor bias = random_bf16({kOut}, 0.5f, 7);
   ThreadPool one(1), four(4);
-  const Linear<T> linear(w, bias, fp8, "test", one);
+  const Linear<T> linear(w, bias, fp8, "test", one, Fp8Activations{w8a8, {}});
   ASSERT_LT(linear.chunk_rows(), kOut);  // at least two chunks, so chunking is exercised
   const AlignedMatrix<T> many = random_rows<T>(37, kIn, 8);
   AlignedMatrix<T> y_many(37, kOut), y_many_threads(37, kOut);
@@ -121,6 +181,7 @@ TEST(Linear, RowsAreBitIdenticalAcrossBatchShapesAndThreads) {
   check_row_invariance<float>(false);
   check_row_invariance<double>(false);
   check_row_invariance<float>(true);
+  check_row_invariance<float>(true, true);  // w8a8: each row quantized on its own
 }
 
 TEST(Linear, PreparationDoesNotDependOnThreads) {
@@ -150,6 +211,9 @@ TEST(Linear, ShapeMismatchIsAnError) {
   EXPECT_THROW(linear.apply(x, 2, &y, pool), HarnessError);
   EXPECT_THROW(Linear<float>(random_bf16({8, 4}, 1, 9), random_bf16({7}, 1, 9), false, "bias", pool), HarnessError);
   EXPECT_THROW(Linear<double>(random_bf16({8, 4}, 1, 9), Tensor(), true, "fp8 in double", pool), HarnessError);
+  EXPECT_THROW(Linear<float>(random_bf16({8, 4}, 1, 9), Tensor(), false, "w8a8 without fp8 weights", pool,
+                             Fp8Activations{true, {}}),
+               HarnessError);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "reference/prepared_weights.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "core/error.h"
@@ -10,6 +12,14 @@ namespace {
 
 template <typename T>
 std::vector<T> to_vector(const Tensor& t) { return std::vector<T>(t.values.begin(), t.values.end()); }
+
+// A static activation scale (w8a8's input_scale), when present: finite and > 0.
+void check_input_scale(const std::optional<float>& scale, const std::string& name) {
+  if (scale && !(std::isfinite(*scale) && *scale > 0.0f)) {
+    throw bad_input("drafter weights: '" + name + "' is " + std::to_string(*scale) +
+                    "; a static activation scale must be finite and > 0");
+  }
+}
 
 void check_finite(const Tensor& t, const std::string& name) {
   const int64_t bad = first_non_finite(t.values.data(), static_cast<int64_t>(t.values.size()));
@@ -24,11 +34,13 @@ void check_finite(const Tensor& t, const std::string& name) {
 // 30 significant bits); in float, e2m1 · e4m3 (exact) with weight_scale_2 applied once to each dot
 // product, as a w4a16 kernel does. Otherwise the float head, fp8-quantized where the policy says.
 // A projection as the policy stores it (and, in a build with fault points, with its planted fp8
-// GEMM bug).
+// GEMM bug). In w8a8 its input rows are quantized too, with `input_scale` when the checkpoint has one.
 template <typename T>
 Linear<T> projection(const Tensor& weight, const Tensor& bias, bool quantize_fp8, const std::string& name,
-                     ThreadPool& pool, const StagePolicy& policy, bool lm_head = false) {
-  Linear<T> linear(weight, bias, quantize_fp8, name, pool);
+                     ThreadPool& pool, const StagePolicy& policy, bool lm_head = false,
+                     const std::optional<float>& input_scale = std::nullopt) {
+  const Fp8Activations activations{quantize_fp8 && policy.fp8_activations, input_scale};
+  Linear<T> linear(weight, bias, quantize_fp8, name, pool, activations);
 #ifdef DFLASH_FAULT_POINTS
   linear.plant_fault(policy.fp8_fault, lm_head);
 #else
@@ -40,7 +52,9 @@ Linear<T> projection(const Tensor& weight, const Tensor& bias, bool quantize_fp8
 
 template <typename T>
 Linear<T> make_lm_head(const DrafterWeights& w, const StagePolicy& policy, ThreadPool& pool) {
-  if (!w.nvfp4_head()) return projection<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy, true);
+  if (!w.nvfp4_head()) {
+    return projection<T>(w.lm_head, Tensor(), policy.fp8_weights, "lm_head", pool, policy, true, w.lm_head_input_scale);
+  }
   const NvFp4Weight& q = w.lm_head_nvfp4;
   std::vector<T> values(static_cast<size_t>(q.rows * q.cols));
   constexpr int64_t kRowsPerTask = 1024;
@@ -86,11 +100,19 @@ void check_weights_finite(const DrafterWeights& w) {
     check_finite(L.gate_proj, p + "mlp.gate_proj.weight");
     check_finite(L.up_proj, p + "mlp.up_proj.weight");
     check_finite(L.down_proj, p + "mlp.down_proj.weight");
+    check_input_scale(L.q_input_scale, p + "self_attn.q_proj.input_scale");
+    check_input_scale(L.k_input_scale, p + "self_attn.k_proj.input_scale");
+    check_input_scale(L.v_input_scale, p + "self_attn.v_proj.input_scale");
+    check_input_scale(L.o_input_scale, p + "self_attn.o_proj.input_scale");
+    check_input_scale(L.gate_input_scale, p + "mlp.gate_proj.input_scale");
+    check_input_scale(L.up_input_scale, p + "mlp.up_proj.input_scale");
+    check_input_scale(L.down_input_scale, p + "mlp.down_proj.input_scale");
     check_finite(L.attn_conv_base, p + "attention_conv.base_kernel");
     check_finite(L.attn_conv_proj, p + "attention_conv.kernel_projection.weight");
     check_finite(L.mlp_conv_base, p + "mlp_conv.base_kernel");
     check_finite(L.mlp_conv_proj, p + "mlp_conv.kernel_projection.weight");
   }
+  check_input_scale(w.lm_head_input_scale, "lm_head.input_scale");
   check_finite(w.selector.hidden_projection, "candidate_selector.hidden_projection.weight");
   check_finite(w.selector.predecessor_codebook, "candidate_selector.predecessor_codebook");
   check_finite(w.selector.successor_codebook, "candidate_selector.successor_codebook");
@@ -113,13 +135,13 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.post_attention_norm = to_vector<T>(L.post_attention_layernorm);
     out.q_norm = to_vector<T>(L.q_norm);
     out.k_norm = to_vector<T>(L.k_norm);
-    out.q_proj = projection<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy);
-    out.k_proj = projection<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy);
-    out.v_proj = projection<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy);
-    out.o_proj = projection<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy);
-    out.gate_proj = projection<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy);
-    out.up_proj = projection<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy);
-    out.down_proj = projection<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy);
+    out.q_proj = projection<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy, false, L.q_input_scale);
+    out.k_proj = projection<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy, false, L.k_input_scale);
+    out.v_proj = projection<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy, false, L.v_input_scale);
+    out.o_proj = projection<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy, false, L.o_input_scale);
+    out.gate_proj = projection<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy, false, L.gate_input_scale);
+    out.up_proj = projection<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy, false, L.up_input_scale);
+    out.down_proj = projection<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy, false, L.down_input_scale);
     if (!L.attn_conv_proj.values.empty()) {
       out.attn_conv_proj = Linear<T>(L.attn_conv_proj, Tensor(), false, p + "attention_conv.kernel_projection", pool);
       out.mlp_conv_proj = Linear<T>(L.mlp_conv_proj, Tensor(), false, p + "mlp_conv.kernel_projection", pool);

@@ -102,6 +102,7 @@ class ReferenceDrafter final : public PagedProposer {
         {"fp8_weights", !policy.fp8_weights ? "off"
                         : weights_->nvfp4_head() ? "q/k/v/o/gate/up/down per-row E4M3 (core/fp8.h); lm_head NVFP4 as it is; fc bf16"
                                                  : "q/k/v/o/gate/up/down and lm_head per-row E4M3 (core/fp8.h); fc bf16"},
+        {"fp8_activations", fp8_activations_description(policy)},
         {"lm_head_format", weights_->nvfp4_head() ? "nvfp4" : "bf16"},
         {"lm_head_compute", !weights_->nvfp4_head() ? "as the other projections"
                             : policy.use_double ? "exact dequantization e2m1 * e4m3 * weight_scale_2 in fp64"
@@ -161,6 +162,31 @@ class ReferenceDrafter final : public PagedProposer {
   }
 
   int64_t pool_slots() const { return static_cast<int64_t>(settings_.pool_pages) * settings_.kv_page_size; }
+
+  // What w8a8 does to the GEMMs' input rows, and which projections carry a static input_scale.
+  std::string fp8_activations_description(const StagePolicy& policy) const {
+    if (!policy.fp8_activations) return "off";
+    int with_static = 0, projections = 0;
+    const auto count = [&](const std::optional<float>& scale) {
+      ++projections;
+      if (scale) ++with_static;
+    };
+    for (const LayerWeights& L : weights_->layers) {
+      for (const auto* s : {&L.q_input_scale, &L.k_input_scale, &L.v_input_scale, &L.o_input_scale,
+                            &L.gate_input_scale, &L.up_input_scale, &L.down_input_scale}) {
+        count(*s);
+      }
+    }
+    if (!weights_->nvfp4_head()) count(weights_->lm_head_input_scale);
+    std::string d = "input rows of q/k/v/o/gate/up/down";
+    d += weights_->nvfp4_head() ? " (lm_head NVFP4: bf16 activations)" : " and lm_head";
+    d += " as E4M3 per token (core/fp8.h): scale = max(amax, 2^-9) / 448 in fp32";
+    if (with_static > 0) {
+      d += "; a static input_scale on " + std::to_string(with_static) + " of " + std::to_string(projections) +
+           " projections";
+    }
+    return d + "; E4M3 x E4M3 products, fp32 sums, epilogue act_scale * (weight_scale * sum)";
+  }
 
 #ifdef DFLASH_FAULT_POINTS
   // PlantedFault (negative controls): what the engine is handed, changed after the bookkeeping.
@@ -276,9 +302,14 @@ class ReferenceDrafter final : public PagedProposer {
   const std::shared_ptr<const DrafterWeights> weights_;
 #ifdef DFLASH_FAULT_POINTS
   static Fp8Fault checked_fault(Fp8Fault fault, Precision precision) {
-    if (fault != Fp8Fault::kNone && precision != Precision::kFp8) {
+    const StagePolicy policy = StagePolicy::for_precision(precision);
+    if (fault == Fp8Fault::kUnscaledActivation && !policy.fp8_activations) {
       throw bad_input(std::string("reference drafter: the planted fp8 fault '") + fp8_fault_name(fault) +
-                      "' needs precision fp8, not " + precision_name(precision));
+                      "' needs precision w8a8 (quantized activations), not " + precision_name(precision));
+    }
+    if (fault != Fp8Fault::kNone && !policy.fp8_weights) {
+      throw bad_input(std::string("reference drafter: the planted fp8 fault '") + fp8_fault_name(fault) +
+                      "' needs precision fp8 or w8a8, not " + precision_name(precision));
     }
     return fault;
   }
@@ -292,9 +323,9 @@ class ReferenceDrafter final : public PagedProposer {
   }
 
   static RoundingFault checked_rounding_fault(RoundingFault fault, Precision precision) {
-    if (fault != RoundingFault::kNone && precision != Precision::kBf16 && precision != Precision::kFp8) {
+    if (fault != RoundingFault::kNone && !StagePolicy::for_precision(precision).round_bf16) {
       throw bad_input(std::string("reference drafter: the planted rounding fault '") + rounding_fault_name(fault) +
-                      "' needs precision bf16 or fp8 (bf16 storage), not " + precision_name(precision));
+                      "' needs precision bf16, fp8 or w8a8 (bf16 storage), not " + precision_name(precision));
     }
     return fault;
   }

@@ -113,7 +113,8 @@ std::vector<ProposeOutput> propose(DraftProposer& d, const std::vector<Request>&
   return ::testing::AssertionSuccess();
 }
 
-const Precision kAllPrecisions[] = {Precision::kFp64, Precision::kFp32, Precision::kBf16, Precision::kFp8};
+const Precision kAllPrecisions[] = {Precision::kFp64, Precision::kFp32, Precision::kBf16, Precision::kFp8,
+                                    Precision::kW8a8};
 
 TEST(ReferenceDrafter, OneSequenceGivesTheSameBitsAloneOrInAnyBatch) {
   for (Precision p : kAllPrecisions) {
@@ -149,7 +150,7 @@ std::vector<ProposeOutput> run_trace(DraftProposer& d) {
 }
 
 TEST(ReferenceDrafter, BitsDoNotDependOnThreadsPageOrderOrRun) {
-  for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kFp8}) {
+  for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kFp8, Precision::kW8a8}) {
     SCOPED_TRACE(precision_name(p));
     auto base = make(tiny_head(p), 1);
     auto again = make(tiny_head(p), 1);
@@ -495,7 +496,7 @@ TEST(ReferenceDrafter, Fp64AndFp32AgreeWithinTheFp32Bound) {
 }
 
 TEST(ReferenceDrafter, Bf16ModeRoundsExactlyAtTheStorageBoundaries) {
-  for (Precision p : {Precision::kBf16, Precision::kFp8}) {
+  for (Precision p : {Precision::kBf16, Precision::kFp8, Precision::kW8a8}) {
     auto d = make(tiny_head(p));
     d->add_sequence(0);
     const ProposeOutput out = propose(*d, {{0, 0, 9, 9, 1}})[0];
@@ -537,6 +538,56 @@ TEST(ReferenceDrafter, Fp8ModeUsesQuantizedWeights) {
         << i;
     EXPECT_NE(tap(a[i], "L0.q").values, tap(b[i], "L0.q").values) << i;
   }
+}
+
+TEST(ReferenceDrafter, W8a8ModeQuantizesTheActivationsToo) {
+  auto fp8 = make(tiny_head(Precision::kFp8));
+  auto w8a8 = make(tiny_head(Precision::kW8a8));
+  const auto a = run_trace(*fp8), b = run_trace(*w8a8);
+  for (size_t i = 0; i < a.size(); ++i) {
+    // fc and its input are never quantized; the attention norm's output (q/k/v's input) is the same
+    // bf16 row in both modes, and q already differs.
+    for (const char* same : {"ctx_proj", "L0.attn_norm"}) {
+      EXPECT_TRUE(std::memcmp(tap(a[i], same).values.data(), tap(b[i], same).values.data(),
+                              tap(a[i], same).values.size() * sizeof(float)) == 0)
+          << i << " " << same;
+    }
+    EXPECT_NE(tap(a[i], "L0.q").values, tap(b[i], "L0.q").values) << i;
+  }
+}
+
+TEST(ReferenceDrafter, W8a8UsesAStaticInputScaleWhereTheWeightsHaveOne) {
+  const DrafterConfig c = tiny_config();
+  DrafterWeights w = make_random_drafter_weights(c, 42, unit_gain_weight_ranges(), 1);
+  const auto run = [&](const DrafterWeights& weights) {
+    auto d = make_reference_drafter(c, std::make_shared<const DrafterWeights>(weights), tiny_head(Precision::kW8a8),
+                                    ReferenceOptions{1});
+    d->add_sequence(0);
+    return propose(*d, {{0, 0, 9, 9, 1}})[0];
+  };
+  const ProposeOutput dynamic = run(w);
+  // A static scale on v_proj alone: v differs, q does not (its input row keeps its dynamic scale).
+  DrafterWeights with_static = w;
+  with_static.layers[0].v_input_scale = 0.02f;
+  const ProposeOutput fixed = run(with_static);
+  EXPECT_EQ(tap(dynamic, "L0.q").values, tap(fixed, "L0.q").values);
+  EXPECT_NE(tap(dynamic, "L0.v").values, tap(fixed, "L0.v").values);
+  // fp8 (W8A16) ignores it.
+  auto fp8_a = make_reference_drafter(c, std::make_shared<const DrafterWeights>(w), tiny_head(Precision::kFp8), ReferenceOptions{1});
+  auto fp8_b = make_reference_drafter(c, std::make_shared<const DrafterWeights>(with_static), tiny_head(Precision::kFp8),
+                                      ReferenceOptions{1});
+  fp8_a->add_sequence(0);
+  fp8_b->add_sequence(0);
+  EXPECT_TRUE(same_bits(propose(*fp8_a, {{0, 0, 9, 9, 1}})[0], propose(*fp8_b, {{0, 0, 9, 9, 1}})[0]));
+  // A scale that is not finite and > 0 is refused, naming the tensor.
+  for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
+    DrafterWeights wrong = w;
+    wrong.layers[1].down_input_scale = bad;
+    testing::expect_mentions(testing::harness_error_message([&] { run(wrong); }), "layers.1.mlp.down_proj.input_scale");
+  }
+  DrafterWeights wrong_head = w;
+  wrong_head.lm_head_input_scale = 0.0f;
+  testing::expect_mentions(testing::harness_error_message([&] { run(wrong_head); }), "lm_head.input_scale");
 }
 
 TEST(ReferenceDrafter, RefusesBadWeightsConfigsAndThreadCounts) {
@@ -582,11 +633,19 @@ TEST(ReferenceDrafter, DescribesItself) {
   EXPECT_NE(info["bf16_storage"], "off");
   EXPECT_NE(info["fp8_weights"], "off");
   EXPECT_FALSE(info["simd_target"].empty());
+  EXPECT_EQ(info["fp8_activations"], "off");
+  auto w8a8 = make(tiny_head(Precision::kW8a8));
+  EXPECT_EQ(w8a8->name(), "reference-w8a8");
+  for (const auto& [k, v] : w8a8->describe()) info[k] = v;
+  EXPECT_EQ(info["precision"], "w8a8");
+  EXPECT_NE(info["fp8_weights"], "off");
+  EXPECT_NE(info["fp8_activations"].find("per token"), std::string::npos) << info["fp8_activations"];
   auto d64 = make(tiny_head(Precision::kFp64));
   for (const auto& [k, v] : d64->describe()) info[k] = v;
   EXPECT_EQ(info["compute_type"], "double");
   EXPECT_EQ(info["bf16_storage"], "off");
   EXPECT_EQ(info["fp8_weights"], "off");
+  EXPECT_EQ(info["fp8_activations"], "off");
 }
 
 }  // namespace

@@ -13,13 +13,13 @@ struct ReferenceOptions {
   int threads = 1;  // >= 1
 #ifdef DFLASH_FAULT_POINTS  // negative controls (testing/reference_faults.h)
   PlantedFault fault = PlantedFault::kNone;
-  // A planted fp8 GEMM bug (fp8 mode only; kBadInput in other modes): a negative control, never a
-  // drafter to trust. The drafter's name and describe() say which.
+  // A planted fp8 GEMM bug (fp8 and w8a8 modes; kUnscaledActivation w8a8 only; kBadInput in other
+  // modes): a negative control, never a drafter to trust. The drafter's name and describe() say which.
   Fp8Fault fp8_fault = Fp8Fault::kNone;
   // A planted DFlash2 bug (DFlash2 drafters only; kBadInput otherwise): a negative control. The
   // drafter's name and describe() say which.
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
-  // A planted rounding bug (bf16 and fp8 modes only; kBadInput in others): a negative control of
+  // A planted rounding bug (bf16, fp8 and w8a8 modes only; kBadInput in others): a negative control of
   // the rounding-bias check. The drafter's name and describe() say which.
   RoundingFault rounding_fault = RoundingFault::kNone;
 #endif

@@ -2,6 +2,7 @@
 //   fp64: double everywhere.   fp32: float activations.
 //   bf16: float compute, values rounded to bf16 where the CUDA drafter stores bf16.
 //   fp8:  bf16 plus per-row E4M3 weights for q/k/v/o/gate/up/down and lm_head.
+//   w8a8: fp8 plus the input rows of those GEMMs quantized per token to E4M3.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -19,8 +20,9 @@ struct StagePolicy {
   bool use_double = false;   // compute type: double (fp64 mode) or float
   bool round_bf16 = false;   // round at the bf16 storage boundaries
   bool fp8_weights = false;  // q/k/v/o/gate/up/down and lm_head as per-row E4M3
+  bool fp8_activations = false;  // and their input rows per token as E4M3 (only with fp8_weights)
 #ifdef DFLASH_FAULT_POINTS
-  Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights
+  Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights (kUnscaledActivation: fp8_activations)
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
   RoundingFault rounding_fault = RoundingFault::kNone;  // only with round_bf16
 #endif
@@ -28,8 +30,9 @@ struct StagePolicy {
   static StagePolicy for_precision(Precision precision) {
     StagePolicy p;
     p.use_double = precision == Precision::kFp64;
-    p.round_bf16 = precision == Precision::kBf16 || precision == Precision::kFp8;
-    p.fp8_weights = precision == Precision::kFp8;
+    p.fp8_activations = precision == Precision::kW8a8;
+    p.fp8_weights = precision == Precision::kFp8 || p.fp8_activations;
+    p.round_bf16 = precision == Precision::kBf16 || p.fp8_weights;
     return p;
   }
 };

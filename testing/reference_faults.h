@@ -42,9 +42,13 @@ enum class Fp8Fault {
   // rounds to zero, every logit is 0, and every draft token is token 0 (the lowest index of the tie).
   // The other GEMMs are untouched: the drafter runs, with no error, and its acceptance collapses.
   kQuantizedDrafter,
+  // W8A8 only: every GEMM's input row is cast to E4M3 without dividing by its activation scale
+  // (codes of x, not of x / scale), while the epilogue still multiplies by that scale: a fused
+  // quantization step that skipped its scaling. Each output row shrinks by its token's scale.
+  kUnscaledActivation,
 };
 
-// A rounding bug planted in the reference's bf16 storage (bf16 and fp8 modes), for the negative
+// A rounding bug planted in the reference's bf16 storage (bf16, fp8 and w8a8 modes), for the negative
 // controls of the rounding-bias check (compare/rounding_bias.h): values cut to bf16 toward zero
 // instead of to the nearest, each error under one ulp and so under every per-row bound.
 enum class RoundingFault {
@@ -56,7 +60,7 @@ enum class RoundingFault {
 // "truncated-kv-store", "truncated-swiglu"; "" for kNone.
 const char* rounding_fault_name(RoundingFault fault);
 
-// "neighbour-row-scale", "skipped-k-tile", "quantized-drafter"; "" for kNone.
+// "neighbour-row-scale", "skipped-k-tile", "quantized-drafter", "unscaled-activation"; "" for kNone.
 const char* fp8_fault_name(Fp8Fault fault);
 
 // A DFlash2 bug planted in the reference, for the negative controls of the DFlash2 oracle replay
@@ -77,6 +81,7 @@ inline const char* fp8_fault_name(Fp8Fault fault) {
     case Fp8Fault::kNeighbourRowScale: return "neighbour-row-scale";
     case Fp8Fault::kSkippedKTile: return "skipped-k-tile";
     case Fp8Fault::kQuantizedDrafter: return "quantized-drafter";
+    case Fp8Fault::kUnscaledActivation: return "unscaled-activation";
   }
   return "";
 }

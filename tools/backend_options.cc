@@ -14,8 +14,8 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o) {
                   "in fp64; without it, each with the fixture")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision,
-                  "fp64 | fp32 | bf16 | fp8 (default: fp8 when cuda is a backend, else fp64)")
-      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8"}));
+                  "fp64 | fp32 | bf16 | fp8 | w8a8 (default: fp8 when cuda is a backend, else fp64)")
+      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "w8a8"}));
   cmd->add_option("--warmup", o->warmup,
                   "CUDA drafter: eager passes of a (block width, batch size) before its graph is captured; later "
                   "proposes of that shape replay the graph (overrides DFLASH_CUDA_WARMUP)")

@@ -94,7 +94,9 @@ std::vector<Backend> parse_backends(const std::string& text) {
 Precision resolve_precision(const std::vector<Backend>& backends, const std::optional<std::string>& precision) {
   if (!precision) return has_kind(backends, Backend::Kind::kCuda) ? Precision::kFp8 : Precision::kFp64;
   Precision p;
-  if (!parse_precision(*precision, &p)) throw bad_input("--precision '" + *precision + "' is not one of fp64, fp32, bf16, fp8");
+  if (!parse_precision(*precision, &p)) {
+    throw bad_input("--precision '" + *precision + "' is not one of fp64, fp32, bf16, fp8, w8a8");
+  }
   return p;
 }
 
@@ -108,6 +110,11 @@ void check_backends_run_here(const std::vector<Backend>& backends, Precision pre
     }
   }
   if (!has_kind(backends, Backend::Kind::kCuda)) return;
+  if (precision == Precision::kW8a8) {
+    throw unsupported("--precision w8a8: the CUDA drafter's W8A8 kernels (E4M3 x E4M3 GEMMs with per-token "
+                      "activation scales) are not built yet; --backend cuda/both cannot run it: use --backend "
+                      "reference, or a plugin that computes w8a8");
+  }
   if (precision != Precision::kBf16 && precision != Precision::kFp8) {
     throw bad_input(std::string("--precision ") + precision_name(precision) +
                     ": the CUDA drafter runs bf16 or fp8 (fp64 and fp32 are the reference's alone)");
@@ -152,8 +159,8 @@ DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends,
     if (b.kind == Backend::Kind::kReference) continue;
     const int lane = add(make(b), precision, false);
     set.cross_checks.push_back({same, lane});
-    if (precision != Precision::kFp8) continue;
-    if (bf16 < 0) bf16 = add(reference(Precision::kBf16), Precision::kBf16, false);  // the fp8 envelope
+    if (precision != Precision::kFp8 && precision != Precision::kW8a8) continue;
+    if (bf16 < 0) bf16 = add(reference(Precision::kBf16), Precision::kBf16, false);  // the fp8 / w8a8 envelope
     set.cross_checks.push_back({bf16, lane});
   }
   return set;

@@ -45,8 +45,9 @@ struct DrafterSet {
 // (docs/cli.md).
 Precision resolve_precision(const std::vector<Backend>& backends, const std::optional<std::string>& precision);
 
-// Throws kUnsupported when a backend needs the CUDA drafter and this build or machine has none,
-// kBadInput for a precision the CUDA drafter does not run (it runs bf16 and fp8), and for a plugin
+// Throws kUnsupported when a backend needs the CUDA drafter and this build or machine has none, or
+// the precision is w8a8 (its CUDA kernels are not built), kBadInput for fp64 or fp32 on the CUDA
+// drafter (it runs bf16 and fp8), and for a plugin
 // that does not load or speaks another ABI version (checked once, before any fixture; in a child
 // process when isolated).
 void check_backends_run_here(const std::vector<Backend>& backends, Precision precision, const PluginSettings& plugins);
@@ -54,7 +55,7 @@ void check_backends_run_here(const std::vector<Backend>& backends, Precision pre
 // Without the reference: each backend at `precision`, compared with the fixture.
 // With it: the reference in fp64 compared with the fixture; when other backends are listed, the
 // reference emulating `precision` compared with each of them (the tight same-precision model), and
-// in fp8 the bf16 reference compared with each (the fp8 envelope). `both` is reference,cuda.
+// in fp8 and w8a8 the bf16 reference compared with each (that mode's envelope). `both` is reference,cuda.
 // The CUDA drafter runs as shipped (CudaOptions' defaults and the environment) except for
 // `cuda_warmup`, the eager passes before a graph is captured.
 DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends, Precision precision, int cuda_warmup,

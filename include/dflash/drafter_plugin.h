@@ -54,7 +54,8 @@ typedef enum dflash_precision {
   DFLASH_PRECISION_FP64 = 0,
   DFLASH_PRECISION_FP32 = 1,
   DFLASH_PRECISION_BF16 = 2,
-  DFLASH_PRECISION_FP8 = 3 /* per-row E4M3 weights of q/k/v/o/gate/up/down and lm_head, bf16 activations */
+  DFLASH_PRECISION_FP8 = 3, /* per-row E4M3 weights of q/k/v/o/gate/up/down and lm_head, bf16 activations */
+  DFLASH_PRECISION_W8A8 = 4 /* FP8 plus those GEMMs' input rows as per-token E4M3 (docs/spec/drafter.md §6) */
 } dflash_precision;
 
 /* Which execution path produced a propose's outputs (announce DFLASH_CAP_PATH to report it). */

@@ -72,7 +72,7 @@ TEST(ErrorsCli, EveryUsageAndInputErrorIsOneErrorLine) {
 TEST(ErrorsCli, OptionErrorsSayWhereTheOptionsAreListed) {
   const RunResult r = run_harness({"replay", "--precision", "fp4", kOracleDir + "/tiny-mha"});
   EXPECT_EQ(r.err,
-            "error: --precision: fp4 not in {fp64,fp32,bf16,fp8} (dflash-harness replay --help lists the options)\n");
+            "error: --precision: fp4 not in {fp64,fp32,bf16,fp8,w8a8} (dflash-harness replay --help lists the options)\n");
   // --backend takes a list (plugins included), so its items are checked by the command, naming them.
   const RunResult b = run_harness({"replay", "--backend", "reference,tpu", kOracleDir + "/tiny-mha"});
   EXPECT_EQ(b.exit_code, 2);

@@ -84,6 +84,50 @@ TEST(Tolerance, MeasuredQuantizationFollowsTheGemmsOnThePath) {
   EXPECT_THROW(stage_paths(hand_config(), 10, 4, &wrong), HarnessError);
 }
 
+TEST(Tolerance, ActivationTermFollowsTheGemmsOnThePath) {
+  // ε_a(K)² = 2^-8 + K·(2^-10/448)², by hand: a subnormal code is off by at most 2^-10 in code units.
+  auto eps2 = [](double k) { return std::ldexp(1.0, -8) + k * std::pow(std::ldexp(1.0, -10) / 448.0, 2); };
+  EXPECT_DOUBLE_EQ(std::pow(activation_quantization_error(96), 2), eps2(96));
+  EXPECT_NEAR(activation_quantization_error(16384), 0.0625, 1e-6);  // the subnormal term is negligible
+  // H 8, q_dim 8, I 16: q/k/v and gate/up read H-wide rows, o_proj q_dim, down I, the lm_head H.
+  const auto paths = stage_paths(hand_config(), 10, 4);
+  EXPECT_EQ(paths.at("ctx_proj").activation, 0.0);  // fc stays bf16
+  EXPECT_EQ(paths.at("L0.attn_norm").activation, 0.0);
+  EXPECT_DOUBLE_EQ(paths.at("L0.q").activation, eps2(8));
+  EXPECT_DOUBLE_EQ(paths.at("L0.v").activation, eps2(8));
+  EXPECT_DOUBLE_EQ(paths.at("L0.attn").activation, 3 * eps2(8));
+  EXPECT_DOUBLE_EQ(paths.at("L0.o_proj").activation, 3 * eps2(8) + eps2(8));
+  const double mlp = 4 * eps2(8) + 2 * eps2(8) + eps2(16);
+  EXPECT_DOUBLE_EQ(paths.at("L0.mlp").activation, mlp);
+  EXPECT_DOUBLE_EQ(paths.at("logits").activation, mlp + eps2(8));
+  EXPECT_DOUBLE_EQ(context_kv_path(hand_config(), true).activation, eps2(8));
+}
+
+TEST(Tolerance, OnlyAW8a8SideCountsTheActivationTerm) {
+  const StagePath path = {0, 1, 0, 3, 0.01, 0.004};
+  const double u32 = std::ldexp(1.0, -24), bf16 = 3 * std::ldexp(1.0, -16);
+  EXPECT_NEAR(relative_error_estimate(error_model(Precision::kW8a8), path), std::sqrt(bf16 + 0.01 + 0.004 + u32 * u32),
+              1e-15);
+  EXPECT_NEAR(relative_error_estimate(error_model(Precision::kFp8), path), std::sqrt(bf16 + 0.01 + u32 * u32), 1e-15);
+  EXPECT_NEAR(relative_error_estimate(error_model(Precision::kBf16), path), std::sqrt(bf16 + u32 * u32), 1e-15);
+  // The w8a8 envelope: the bf16 reference against a w8a8 drafter, weights and activations counted.
+  const StageBound envelope = stage_bound(cross_pair(Precision::kBf16, "reference-bf16", Precision::kW8a8, "cuda-w8a8"),
+                                          path, 64);
+  EXPECT_NEAR(envelope.rel_rms, 2 * (std::sqrt(bf16 + u32 * u32) + std::sqrt(bf16 + 0.014 + u32 * u32)), 1e-15);
+  // fp8 and w8a8 hold the same E4M3 weights: against each other the weight term cancels.
+  const TolerancePair mixed = cross_pair(Precision::kFp8, "reference-fp8", Precision::kW8a8, "cuda-w8a8");
+  EXPECT_TRUE(mixed.shared_quantized_weights);
+  EXPECT_FALSE(mixed.same_rounding_points);
+  EXPECT_NEAR(stage_bound(mixed, path, 64).estimate,
+              std::sqrt(bf16 + u32 * u32) + std::sqrt(bf16 + 0.004 + u32 * u32), 1e-15);
+}
+
+TEST(Tolerance, W8a8IsNoFixturePrecision) {
+  const std::string message = testing::harness_error_message([] { fixture_error_model("w8a8"); });
+  testing::expect_mentions(message, "provenance.expect_precision");
+  testing::expect_mentions(message, "w8a8");
+}
+
 TEST(Tolerance, WeightQuantizationErrorByHand) {
   // Row [1, 0.53]: scale 1/448; 0.53·448 = 237.44 rounds to the E4M3 value 240 (steps of 16 in
   // [128, 256)), decoded 240/448. Row [2, 0]: both exact. δ = |err| / ||W||_F.
@@ -126,6 +170,19 @@ TEST(Tolerance, SamePrecisionPairsUseTheBoundaryModel) {
   }
   EXPECT_FALSE(cross_pair(Precision::kBf16, "r", Precision::kFp8, "c").same_rounding_points);
   EXPECT_FALSE(cross_pair(Precision::kFp64, "r", Precision::kFp64, "c").same_rounding_points);
+  // w8a8: each of the 6 quantized input rows may flip codes by one E4M3 ulp: in the norm
+  // 2·sqrt(9·2^-16 + 0.02), per element 2·(9·2^-8 + 6·2^-4).
+  const StagePath w8a8_path = {40, 6, 99, 9, 0.5, 0.02};
+  const TolerancePair w8a8 = cross_pair(Precision::kW8a8, "reference", Precision::kW8a8, "cuda");
+  EXPECT_TRUE(w8a8.same_rounding_points);
+  EXPECT_TRUE(w8a8.shared_quantized_weights);
+  const StageBound b = stage_bound(w8a8, w8a8_path, 4096);
+  EXPECT_NEAR(b.rel_rms, 2 * std::sqrt(9 * std::ldexp(1.0, -16) + 0.02) + accumulation, 1e-15);
+  EXPECT_NEAR(b.max_rel, 2 * (9 * std::ldexp(1.0, -8) + 6 * std::ldexp(1.0, -4)) + accumulation, 1e-15);
+  EXPECT_TRUE(b.rounding_bias);
+  // The fp8 pair on the same path ignores the activation term.
+  const StageBound fp8 = stage_bound(cross_pair(Precision::kFp8, "r", Precision::kFp8, "c"), w8a8_path, 4096);
+  EXPECT_NEAR(fp8.rel_rms, 6 * std::ldexp(1.0, -8) + accumulation, 1e-15);
 }
 
 TEST(Tolerance, ContractBoundsForFp64AndFp32Expectations) {
@@ -198,14 +255,22 @@ std::vector<PairCase> pair_cases() {
       {"reference bf16 vs cuda bf16", cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16")},
       {"reference fp8 vs cuda fp8", cross_pair(Precision::kFp8, "reference-fp8", Precision::kFp8, "cuda-fp8")},
       {"reference bf16 vs cuda fp8", cross_pair(Precision::kBf16, "reference-bf16", Precision::kFp8, "cuda-fp8")},
+      {"fixture fp64 vs reference w8a8", fixture_pair("fp64", Precision::kW8a8, "reference-w8a8")},
+      {"reference w8a8 vs cuda w8a8", cross_pair(Precision::kW8a8, "reference-w8a8", Precision::kW8a8, "cuda-w8a8")},
+      {"reference bf16 vs cuda w8a8", cross_pair(Precision::kBf16, "reference-bf16", Precision::kW8a8, "cuda-w8a8")},
   };
 }
+
+// Paths of the pair tests: a short one without fp8 GEMMs, and a long one whose 8 fp8 GEMMs carry
+// the a-priori weight term and the activation term of K = 64.
+const StagePath kShortPath = {3, 0, 24, 2, 0.0, 0.0};
+const StagePath kLongPath = {32, 8, 152, 9, 8 * 0x1p-8, 8 * 0x1p-8};
 
 constexpr int64_t kCols = 64;
 
 TEST_P(EveryPair, NormCriterionFailsJustPastAndPassesInside) {
   const PairCase c = pair_cases()[GetParam()];
-  for (const StagePath& path : {StagePath{3, 0, 24, 2, 0.0}, StagePath{32, 8, 152, 9, 8 * 0x1p-8}}) {
+  for (const StagePath& path : {kShortPath, kLongPath}) {
     const StageBound bound = stage_bound(c.pair, path, kCols);
     const Tensor expected({2, kCols}, std::vector<float>(2 * kCols, 1.0f));
     // Every element of row 1 off by the same relative amount: rel RMS = max rel = that amount;
@@ -229,7 +294,7 @@ TEST_P(EveryPair, NormCriterionFailsJustPastAndPassesInside) {
 
 TEST_P(EveryPair, TailCriterionFailsJustPastAndPassesInside) {
   const PairCase c = pair_cases()[GetParam()];
-  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152, 9, 8 * 0x1p-8}, kCols);
+  const StageBound bound = stage_bound(c.pair, kLongPath, kCols);
   ASSERT_LT(bound.max_rel / bound.rel_rms, std::sqrt(static_cast<double>(kCols)))
       << "one spike must stay inside the norm bound for this test to isolate the tail criterion";
   const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
@@ -247,7 +312,7 @@ TEST_P(EveryPair, TailCriterionFailsJustPastAndPassesInside) {
 
 TEST_P(EveryPair, NanAlwaysFails) {
   const PairCase c = pair_cases()[GetParam()];
-  const StageBound bound = stage_bound(c.pair, StagePath{32, 8, 152, 9, 8 * 0x1p-8}, kCols);
+  const StageBound bound = stage_bound(c.pair, kLongPath, kCols);
   const Tensor expected({1, kCols}, std::vector<float>(kCols, 1.0f));
   Tensor actual = expected;
   actual.row(0)[5] = std::numeric_limits<float>::quiet_NaN();
@@ -258,7 +323,7 @@ TEST_P(EveryPair, NanAlwaysFails) {
   EXPECT_TRUE(std::isinf(check.ratio));
 }
 
-INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, 7));
+INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, 10));
 
 TEST(Tolerance, ShapeFaultFails) {
   const StageBound bound = stage_bound(fixture_pair("bf16", Precision::kFp64, "r"), StagePath{3, 0, 24, 2, 0.0}, 4);

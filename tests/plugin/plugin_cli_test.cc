@@ -88,6 +88,24 @@ TEST(PluginCli, BesideTheReferenceThePluginIsComparedWithIt) {
       << pairs[1]["label"];
 }
 
+// w8a8 reaches the plugin (DFLASH_PRECISION_W8A8; the example computes it with the reference), and
+// beside the reference it is held to the reference emulating w8a8 (the tight pair, quantized
+// activations on both sides) and to the bf16 reference (the w8a8 envelope).
+TEST(PluginCli, W8a8BesideTheReferenceGetsTheTightPairAndTheEnvelope) {
+  const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", "reference," + kExample, "--precision", "w8a8"}, "w8a8");
+  EXPECT_EQ(r.run.exit_code, 0) << r.run.output;
+  ASSERT_EQ(r.report["results"].size(), 1u);
+  const json& pairs = r.report["results"][0]["pairs"];
+  ASSERT_EQ(pairs.size(), 3u) << pairs.dump();
+  EXPECT_EQ(pairs[1]["label"], "reference-w8a8 vs plugin:reference-example-w8a8");
+  EXPECT_EQ(pairs[1]["same_rounding_points"], true);
+  EXPECT_EQ(pairs[1]["actual_model"]["quantized_activations"], true);
+  EXPECT_EQ(pairs[2]["label"], "reference-bf16 vs plugin:reference-example-w8a8");
+  EXPECT_EQ(pairs[2]["same_rounding_points"], false);
+  EXPECT_EQ(pairs[2]["expected_model"]["quantized_activations"], false);
+  EXPECT_EQ(pairs[2]["actual_model"]["quantized_activations"], true);
+}
+
 TEST(PluginCli, RopeSignIsCaughtAtTheFirstQueryStage) {
   const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", kExample, "--plugin-option", "fault=rope-sign"}, "rope");
   EXPECT_EQ(r.run.exit_code, 1) << r.run.output;
