@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fp8_checkpoint.h"
 #include "core/json_file.h"
 #include "core/limits.h"
 
@@ -39,8 +40,9 @@ const std::set<std::string> kDflash2RefusedKeys = {"swa_window_size", "use_swa",
 const std::set<std::string> kDflash2NeutralKeys = {"sample_from_anchor", "draft_vocab_size", "target_hidden_size",
                                                    "logit_scale"};
 
-// Top-level keys that are read below.
-const std::set<std::string> kMathKeys = {"hidden_size",         "intermediate_size",
+// Top-level keys that are read below, and `quantization_config`, which loading the weights reads
+// (core/fp8_checkpoint.h: a pre-quantized FP8 drafter, or a refusal naming its key).
+const std::set<std::string> kMathKeys = {"quantization_config", "hidden_size",         "intermediate_size",
                                          "num_hidden_layers",   "num_attention_heads",
                                          "num_key_value_heads", "head_dim",
                                          "vocab_size",          "rms_norm_eps",
@@ -468,6 +470,10 @@ DrafterConfig parse_drafter_config(const json& config, const std::string& source
   }
   const Fields top(config, source, "");
   DrafterConfig c;
+  // Checked here so that a config is refused whole; the weights' loader applies it.
+  if (config.contains("quantization_config") && !config["quantization_config"].is_null()) {
+    fp8_declaration_from_quantization_config(config["quantization_config"], source + ": quantization_config");
+  }
 
   // Geometry, with Hugging Face Qwen3Config defaults for missing keys. Two follow docs/spec/drafter.md
   // rather than Qwen3Config: num_key_value_heads falls back to num_attention_heads and head_dim

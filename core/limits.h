@@ -2,6 +2,11 @@
 // JSON (every file above and the safetensors header)
 constexpr int64_t kJsonDepth = 64;                 // nested objects and arrays
 
+// A quantized drafter's module patterns (quantization_config, hf_quant_config.json): each pattern's
+// length, and how many one declaration holds (targets and exclusions together)
+constexpr int64_t kModulePatternLength = 256;
+constexpr int64_t kModulePatterns = 4096;
+
 // safetensors headers, fixture.json). Each is checked, in 64-bit arithmetic, before anything is
 // sized from it; a value past its bound is bad input naming the file, the field, the value and
 // the bound (docs/limits.md lists them). The bounds sit well above every published DFlash drafter
@@ -36,6 +41,11 @@ constexpr int64_t kKvCacheElements = int64_t{1} << 31;  // layers · 2 · slots 
 
 // JSON (every file above and the safetensors header)
 constexpr int64_t kJsonDepth = 64;                 // nested objects and arrays
+
+// A quantized drafter's module patterns (quantization_config, hf_quant_config.json): each pattern's
+// length, and how many one declaration holds (targets and exclusions together)
+constexpr int64_t kModulePatternLength = 256;
+constexpr int64_t kModulePatterns = 4096;
 
 // safetensors
 constexpr uint64_t kHeaderBytes = 100u << 20;      // the JSON header (the format's own reader caps it there)

@@ -1,5 +1,7 @@
 #include "core/weights.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -218,6 +220,82 @@ void check_shape(const std::string& what, const Tensor& t, const std::vector<int
   }
 }
 
+// The seven projections of a layer with their stored FP8 codes, under their module names. `Layer` is
+// LayerWeights, const or not.
+template <class Layer>
+auto fp8_projections(Layer& L) {
+  using Slot = std::pair<const char*, std::pair<decltype(&L.q_proj), decltype(&L.q_proj_fp8)>>;
+  return std::array<Slot, 7>{Slot{"self_attn.q_proj", {&L.q_proj, &L.q_proj_fp8}},
+                             Slot{"self_attn.k_proj", {&L.k_proj, &L.k_proj_fp8}},
+                             Slot{"self_attn.v_proj", {&L.v_proj, &L.v_proj_fp8}},
+                             Slot{"self_attn.o_proj", {&L.o_proj, &L.o_proj_fp8}},
+                             Slot{"mlp.gate_proj", {&L.gate_proj, &L.gate_proj_fp8}},
+                             Slot{"mlp.up_proj", {&L.up_proj, &L.up_proj_fp8}},
+                             Slot{"mlp.down_proj", {&L.down_proj, &L.down_proj_fp8}}};
+}
+
+// Where the stored FP8 codes of the projection `canonical_module` ("layers.3.mlp.up_proj") go.
+std::optional<Fp8Stored>* fp8_slot(DrafterWeights& w, const std::string& canonical_module) {
+  const size_t dot = canonical_module.find('.', 7);
+  const size_t layer = std::stoul(canonical_module.substr(7, dot - 7));
+  for (auto& [name, slot] : fp8_projections(w.layers.at(layer))) {
+    if (canonical_module.compare(dot + 1, std::string::npos, name) == 0) return slot.second;
+  }
+  throw internal_error("fp8_slot: " + canonical_module + " is not a projection");
+}
+
+// Where the static input scale of the projection `canonical_module` goes (w8a8, LayerWeights).
+std::optional<float>* input_scale_slot(DrafterWeights& w, const std::string& canonical_module) {
+  const size_t dot = canonical_module.find('.', 7);
+  LayerWeights& L = w.layers.at(std::stoul(canonical_module.substr(7, dot - 7)));
+  const std::pair<const char*, std::optional<float>*> slots[] = {
+      {"self_attn.q_proj", &L.q_input_scale}, {"self_attn.k_proj", &L.k_input_scale},
+      {"self_attn.v_proj", &L.v_input_scale}, {"self_attn.o_proj", &L.o_input_scale},
+      {"mlp.gate_proj", &L.gate_input_scale}, {"mlp.up_proj", &L.up_input_scale},
+      {"mlp.down_proj", &L.down_input_scale}};
+  for (const auto& [name, slot] : slots) {
+    if (canonical_module.compare(dot + 1, std::string::npos, name) == 0) return slot;
+  }
+  throw internal_error("input_scale_slot: " + canonical_module + " is not a projection");
+}
+
+// A Linear module's weight, `stored` in the checkpoint, when the drafter may be a pre-quantized FP8 one
+// (core/fp8_checkpoint.h): read as its codes and scales where the declaration quantizes it (true), left
+// to read_weight where it does not (false). An FP8 weight nothing declares, and a declared module the
+// harness keeps unquantized, are refused.
+bool load_declared_fp8(const TensorStore& drafter, const Fp8Declaration* fp8, const std::string& canonical,
+                       const std::string& stored, const std::vector<int64_t>& shape, Tensor& dest, DrafterWeights& w,
+                       std::set<std::string>& consumed) {
+  const SafetensorsFile& file = drafter.file_of(stored);
+  const bool stored_fp8 = file.info(stored).dtype == DType::kF8E4M3;
+  const std::string where = file.path() + ": tensor " + in_quotes(stored);
+  if (fp8 == nullptr) {
+    if (stored_fp8) {
+      throw bad_input(where + " is F8_E4M3 but the drafter declares no quantization (no quantization_config in its "
+                      "config.json, no hf_quant_config.json)");
+    }
+    return false;
+  }
+  const std::string module = module_of(canonical), stored_module = module_of(stored);
+  const Fp8ModuleScheme scheme = fp8->scheme_of(stored_module);
+  if (!scheme.quantized) {
+    if (stored_fp8) throw bad_input(where + " is F8_E4M3 but " + scheme.why + " leaves it unquantized");
+    return false;
+  }
+  if (!is_fp8_projection(module)) {
+    throw bad_input(where + ": " + scheme.why + " quantizes " + in_quotes(module) +
+                    ", which the harness keeps unquantized (only q/k/v/o/gate/up/down are FP8 projections, "
+                    "docs/spec/drafter.md §6); list it in " + fp8->exclusion_key);
+  }
+  // Its scales are this module's whether or not they load, so a refusal below is reported once.
+  for (const char* suffix : {".weight_scale", ".input_scale"}) consumed.insert(module + suffix);
+  std::optional<Fp8Stored>& slot = *fp8_slot(w, module);
+  slot = load_fp8_projection(drafter, stored_module, shape[0], shape[1], scheme, fp8->layout, &dest);
+  // A static activation scale is what w8a8 quantizes this projection's input with (LayerWeights).
+  if (slot->input_scale) *input_scale_slot(w, module) = *slot->input_scale;
+  return true;
+}
+
 }  // namespace
 
 DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::string& drafter_dir,
@@ -236,6 +314,8 @@ DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::stri
                       in_quotes(it->second) + " and as " + in_quotes(name));
     }
   }
+  // A pre-quantized FP8 drafter declares itself in its config.json or hf_quant_config.json.
+  const std::optional<Fp8Declaration> fp8 = read_drafter_fp8_declaration(drafter_dir);
   std::vector<std::string> problems;
   std::set<std::string> consumed;
   for_each_drafter_tensor(config, w, [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& dest) {
@@ -246,17 +326,30 @@ DrafterWeights load_drafter_weights(const DrafterConfig& config, const std::stri
     }
     consumed.insert(name);
     try {
+      const bool linear_weight = is_linear_module(module_of(name)) && module_of(name) != name;
+      if (linear_weight && load_declared_fp8(drafter, fp8 ? &*fp8 : nullptr, name, it->second, shape, dest, w, consumed)) {
+        return;
+      }
       dest = read_weight(drafter.file_of(it->second), it->second, shape, "drafter");
     } catch (const HarnessError& e) {
       problems.push_back(e.what());
     }
   });
   for (const auto& [canonical, stored] : stored_by_canonical) {
-    if (!consumed.count(canonical)) {
-      problems.push_back("unused tensor " + in_quotes(stored) + " in " + drafter.file_of(stored).path() +
-                         " (not a tensor of this drafter config" +
-                         (config.attention_bias ? std::string() : "; attention_bias is false") + ")");
+    if (consumed.count(canonical)) continue;
+    try {
+      if (const auto why = explain_unused_quantization_tensor(canonical, fp8 ? &*fp8 : nullptr)) {
+        problems.push_back("unused " + *why + " (" + drafter.file_of(stored).path() + ")");
+        continue;
+      }
+    } catch (const HarnessError& e) {
+      // A declaration that cannot decide this module (two groups target it) was reported at its weight.
+      if (std::find(problems.begin(), problems.end(), e.what()) == problems.end()) problems.push_back(e.what());
+      continue;
     }
+    problems.push_back("unused tensor " + in_quotes(stored) + " in " + drafter.file_of(stored).path() +
+                       " (not a tensor of this drafter config" +
+                       (config.attention_bias ? std::string() : "; attention_bias is false") + ")");
   }
   if (!problems.empty()) {
     std::string message = "drafter checkpoint " + drafter.description() + ": " + std::to_string(problems.size()) +
@@ -314,6 +407,13 @@ void validate_drafter_weights(const DrafterConfig& config, const DrafterWeights&
           throw bad_input("drafter weights: layers." + std::to_string(l) + ".self_attn." + name +
                           " is set but attention_bias is false");
         }
+      }
+    }
+  }
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    for (const auto& [name, slot] : fp8_projections(weights.layers[l])) {
+      if (*slot.second) {
+        validate_fp8_stored(**slot.second, *slot.first, "drafter weights: layers." + std::to_string(l) + "." + name);
       }
     }
   }

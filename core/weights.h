@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/fp8_checkpoint.h"
 #include "core/nvfp4.h"
 #include "core/tensor.h"
 
@@ -30,6 +31,11 @@ struct LayerWeights {
   // DFlash2 only (docs/spec/dflash2.md §2), empty otherwise.
   Tensor attn_conv_base, mlp_conv_base;  // [2, k, H]: [side, tap, channel]
   Tensor attn_conv_proj, mlp_conv_proj;  // kernel_projection [2·k·ng, H]
+  // From a pre-quantized FP8 checkpoint only (docs/spec/fp8-checkpoints.md): a projection's stored E4M3
+  // codes and scales, whose products the float weight above holds (rounded once to fp32 where a product
+  // needs more bits); empty for a projection stored unquantized.
+  std::optional<Fp8Stored> q_proj_fp8, k_proj_fp8, v_proj_fp8, o_proj_fp8;
+  std::optional<Fp8Stored> gate_proj_fp8, up_proj_fp8, down_proj_fp8;
 };
 
 // DFlash2's candidate selector (docs/spec/dflash2.md §2), empty for plain DFlash.

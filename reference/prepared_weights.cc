@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/fp8_checkpoint.h"
 
 namespace dflash {
 namespace {
@@ -48,6 +49,28 @@ Linear<T> projection(const Tensor& weight, const Tensor& bias, bool quantize_fp8
   (void)lm_head;
 #endif
   return linear;
+}
+
+// A projection of a pre-quantized FP8 checkpoint (core/fp8_checkpoint.h): its float weight holds each
+// code · scale rounded once to fp32. In double the reference takes the exact products from the stored
+// codes wherever one needs more than fp32's 24 bits (an F32 scale); a decoded weight carries no bias, so
+// such a projection with a bias cannot run in fp64 and is refused as unsupported.
+template <typename T>
+Linear<T> checkpoint_projection(const Tensor& weight, const Tensor& bias, const std::optional<Fp8Stored>& fp8,
+                                bool quantize_fp8, const std::string& name, ThreadPool& pool, const StagePolicy& policy,
+                                const std::optional<float>& input_scale) {
+  if constexpr (std::is_same<T, double>::value) {
+    if (fp8 && !fp8_dequantized_exactly_in_float(*fp8)) {
+      if (!bias.values.empty()) {
+        throw unsupported(name + ": FP8 checkpoint weights whose code · scale needs more than fp32's 24 bits, with a "
+                          "bias: the fp64 reference holds such weights exactly only without a bias");
+      }
+      std::vector<double> values(static_cast<size_t>(fp8->rows * fp8->cols));
+      for (int64_t n = 0; n < fp8->rows; ++n) fp8_dequantized_row(*fp8, n, values.data() + n * fp8->cols);
+      return Linear<double>::decoded(std::move(values), fp8->rows, fp8->cols, {}, name);
+    }
+  }
+  return projection<T>(weight, bias, quantize_fp8, name, pool, policy, false, input_scale);
 }
 
 template <typename T>
@@ -135,13 +158,13 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.post_attention_norm = to_vector<T>(L.post_attention_layernorm);
     out.q_norm = to_vector<T>(L.q_norm);
     out.k_norm = to_vector<T>(L.k_norm);
-    out.q_proj = projection<T>(L.q_proj, L.q_bias, q8, p + "self_attn.q_proj", pool, policy, false, L.q_input_scale);
-    out.k_proj = projection<T>(L.k_proj, L.k_bias, q8, p + "self_attn.k_proj", pool, policy, false, L.k_input_scale);
-    out.v_proj = projection<T>(L.v_proj, L.v_bias, q8, p + "self_attn.v_proj", pool, policy, false, L.v_input_scale);
-    out.o_proj = projection<T>(L.o_proj, L.o_bias, q8, p + "self_attn.o_proj", pool, policy, false, L.o_input_scale);
-    out.gate_proj = projection<T>(L.gate_proj, Tensor(), q8, p + "mlp.gate_proj", pool, policy, false, L.gate_input_scale);
-    out.up_proj = projection<T>(L.up_proj, Tensor(), q8, p + "mlp.up_proj", pool, policy, false, L.up_input_scale);
-    out.down_proj = projection<T>(L.down_proj, Tensor(), q8, p + "mlp.down_proj", pool, policy, false, L.down_input_scale);
+    out.q_proj = checkpoint_projection<T>(L.q_proj, L.q_bias, L.q_proj_fp8, q8, p + "self_attn.q_proj", pool, policy, L.q_input_scale);
+    out.k_proj = checkpoint_projection<T>(L.k_proj, L.k_bias, L.k_proj_fp8, q8, p + "self_attn.k_proj", pool, policy, L.k_input_scale);
+    out.v_proj = checkpoint_projection<T>(L.v_proj, L.v_bias, L.v_proj_fp8, q8, p + "self_attn.v_proj", pool, policy, L.v_input_scale);
+    out.o_proj = checkpoint_projection<T>(L.o_proj, L.o_bias, L.o_proj_fp8, q8, p + "self_attn.o_proj", pool, policy, L.o_input_scale);
+    out.gate_proj = checkpoint_projection<T>(L.gate_proj, Tensor(), L.gate_proj_fp8, q8, p + "mlp.gate_proj", pool, policy, L.gate_input_scale);
+    out.up_proj = checkpoint_projection<T>(L.up_proj, Tensor(), L.up_proj_fp8, q8, p + "mlp.up_proj", pool, policy, L.up_input_scale);
+    out.down_proj = checkpoint_projection<T>(L.down_proj, Tensor(), L.down_proj_fp8, q8, p + "mlp.down_proj", pool, policy, L.down_input_scale);
     if (!L.attn_conv_proj.values.empty()) {
       out.attn_conv_proj = Linear<T>(L.attn_conv_proj, Tensor(), false, p + "attention_conv.kernel_projection", pool);
       out.mlp_conv_proj = Linear<T>(L.mlp_conv_proj, Tensor(), false, p + "mlp_conv.kernel_projection", pool);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "fixtures/fp8_checkpoint_writer.h"
 #include "fixtures/known_acceptance.h"
 #include "fixtures/synthetic.h"
 #include "tools/commands.h"
@@ -43,7 +44,8 @@ int run_make_fixture(MakeFixtureArgs& args) {
             << (!o.script.empty()            ? std::string("the steps of --script")
                 : o.context_rows.empty() ? std::to_string(o.steps) + " steps"
                                          : std::string("the fixed batch of --context-rows"))
-            << ", expectations: " << o.expect_precision << ")\n";
+            << ", expectations: " << o.expect_precision
+            << (o.fp8_checkpoint.empty() ? std::string() : ", FP8 checkpoint: " + o.fp8_checkpoint) << ")\n";
   return kExitPass;
 }
 
@@ -87,6 +89,10 @@ Command add_make_fixture_command(CLI::App& app) {
                   "Precision of the reference that computes the expectations, or none for a trace only")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp8", "none"}))
       ->capture_default_str();
+  cmd->add_option("--fp8-checkpoint", o.fp8_checkpoint,
+                  "Store the drafter as a pre-quantized FP8 checkpoint of this scheme (docs/spec/fp8-checkpoints.md); "
+                  "expectations on the exactly dequantized weights")
+      ->check(CLI::IsMember(fp8_checkpoint_scheme_names()));
   cmd->add_option("--name", o.name, "Fixture name (default: <geometry>-seed<seed>)");
   cmd->add_option("--known-acceptance", args->known.kind,
                   "Instead: a fixture whose acceptance is known by construction, with a target side and a pinned "

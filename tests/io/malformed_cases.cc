@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures/fixture.h"
+#include "tests/io/fixture_edits.h"
 
 namespace dflash::testing {
 namespace {
@@ -15,77 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-// The defects are planted with plain byte and JSON edits, independent of the readers under test.
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
+// The defects are planted with plain byte and JSON edits (tests/io/fixture_edits.h), independent of
+// the readers under test.
 
 std::string copy_base(const std::string& work_dir, const std::string& name,
                       const std::string& base = malformed_base_fixture()) {
-  const fs::path dir = fs::path(work_dir) / name;
-  fs::remove_all(dir);
-  fs::copy(base, dir, fs::copy_options::recursive);
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
-  }
-  return dir.string();
-}
-
-void edit_json(const std::string& path, const std::function<void(ojson&)>& edit) {
-  std::ifstream in(path);
-  ojson value = ojson::parse(in);
-  edit(value);
-  write_text(path, value.dump(1));
-}
-
-// A safetensors file as header JSON + data area, edited and written back (header unpadded).
-struct RawSafetensors {
-  ojson header;
-  std::vector<uint8_t> data;
-};
-
-RawSafetensors read_raw(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_bytes(path);
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  RawSafetensors raw;
-  raw.header = ojson::parse(std::string(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n)));
-  raw.data.assign(bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  return raw;
-}
-
-void write_raw(const std::string& path, const std::string& header_text, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> bytes(8);
-  const uint64_t n = header_text.size();
-  std::memcpy(bytes.data(), &n, 8);
-  bytes.insert(bytes.end(), header_text.begin(), header_text.end());
-  bytes.insert(bytes.end(), data.begin(), data.end());
-  write_bytes(path, bytes);
-}
-
-void edit_safetensors(const std::string& path, const std::function<void(ojson&, std::vector<uint8_t>&)>& edit) {
-  RawSafetensors raw = read_raw(path);
-  edit(raw.header, raw.data);
-  write_raw(path, raw.header.dump(), raw.data);
-}
-
-// Overwrites the bytes of element `index` of tensor `name` (element size = bytes.size()).
-void poke(ojson& header, std::vector<uint8_t>& data, const std::string& name, size_t index,
-          const std::vector<uint8_t>& bytes) {
-  const size_t begin = header[name]["data_offsets"][0].get<size_t>();
-  std::memcpy(data.data() + begin + index * bytes.size(), bytes.data(), bytes.size());
+  return copy_fixture(work_dir, name, base);
 }
 
 std::string trace(const std::string& dir) { return dir + "/trace.safetensors"; }
@@ -788,6 +724,7 @@ std::vector<MalformedCase> all_cases() {
   std::vector<MalformedCase> cases = build_cases();
   for (MalformedCase& c : nvfp4_cases()) cases.push_back(std::move(c));
   for (MalformedCase& c : target_side_cases()) cases.push_back(std::move(c));
+  for (MalformedCase& c : fp8_checkpoint_cases()) cases.push_back(std::move(c));
   return cases;
 }
 

@@ -24,6 +24,12 @@ const std::vector<MalformedCase>& malformed_cases();
 std::string malformed_base_fixture();
 std::string nvfp4_base_fixture();
 
+// The pre-quantized FP8 checkpoints' refusals (docs/spec/fp8-checkpoints.md), each starting from one of the
+// bundled fixtures/fp8ckpt/ fixtures (both load cleanly); part of malformed_cases().
+std::vector<MalformedCase> fp8_checkpoint_cases();
+std::string fp8_compressed_tensors_base_fixture();
+std::string fp8_modelopt_base_fixture();
+
 // "Loading" for the table: read_fixture(path) then load_weights(), as a replay does before its
 // first propose. Throws what they throw.
 void load_fixture_and_weights(const std::string& path);
