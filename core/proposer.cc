@@ -38,9 +38,11 @@ TpReduceDtype parse_tp_reduce_dtype(const std::string& name) {
 
 void check_tensor_parallel(const DrafterConfig& config, int tp_size, const std::string& source) {
   const std::string n = std::to_string(tp_size);
-  if (tp_size < 1 || config.num_kv_heads < 1) {
-    throw internal_error("check_tensor_parallel: tp_size " + n + " and num_key_value_heads " +
-                         std::to_string(config.num_kv_heads) + " must be >= 1 (check_fields and the config check first)");
+  if (tp_size < 1) throw internal_error("check_tensor_parallel: tp_size " + n + " (check_fields refuses it first)");
+  if (tp_size == 1) return;  // one rank: nothing is split
+  if (config.num_heads < 1 || config.num_kv_heads < 1) {
+    throw bad_input(source + ": keys 'num_attention_heads' = " + std::to_string(config.num_heads) +
+                    " and 'num_key_value_heads' = " + std::to_string(config.num_kv_heads) + " must be >= 1");
   }
   auto key = [&](const char* name, int value) {
     return source + ": key '" + name + "' = " + std::to_string(value);
