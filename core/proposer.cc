@@ -26,6 +26,45 @@ bool parse_precision(const std::string& name, Precision* out) {
   return false;
 }
 
+const char* tp_reduce_dtype_name(TpReduceDtype dtype) {
+  return dtype == TpReduceDtype::kBf16 ? "bf16" : "fp32";
+}
+
+TpReduceDtype parse_tp_reduce_dtype(const std::string& name) {
+  if (name == "fp32") return TpReduceDtype::kFp32;
+  if (name == "bf16") return TpReduceDtype::kBf16;
+  throw bad_input("tp_reduce_dtype '" + name + "' is not supported: expected 'fp32' or 'bf16'");
+}
+
+void check_tensor_parallel(const DrafterConfig& config, int tp_size, const std::string& source) {
+  const std::string n = std::to_string(tp_size);
+  if (tp_size < 1) throw internal_error("check_tensor_parallel: tp_size " + n + " (check_fields refuses it first)");
+  if (tp_size == 1) return;  // one rank: nothing is split
+  if (config.num_heads < 1 || config.num_kv_heads < 1) {
+    throw bad_input(source + ": keys 'num_attention_heads' = " + std::to_string(config.num_heads) +
+                    " and 'num_key_value_heads' = " + std::to_string(config.num_kv_heads) + " must be >= 1");
+  }
+  auto key = [&](const char* name, int value) {
+    return source + ": key '" + name + "' = " + std::to_string(value);
+  };
+  if (config.num_heads % tp_size != 0) {
+    throw bad_input(key("num_attention_heads", config.num_heads) + " is not divisible by tp_size " + n + "; refusing");
+  }
+  // KV heads split when N divides them, replicated when they divide N (§2, §11 item 1).
+  if (config.num_kv_heads % tp_size != 0 && tp_size % config.num_kv_heads != 0) {
+    throw bad_input(key("num_key_value_heads", config.num_kv_heads) + " and tp_size " + n +
+                    ": neither divides the other (KV heads are split when tp_size divides them and replicated when "
+                    "they divide tp_size); refusing");
+  }
+  if (config.intermediate_size % tp_size != 0) {
+    throw bad_input(key("intermediate_size", config.intermediate_size) + " is not divisible by tp_size " + n + "; refusing");
+  }
+  if (config.vocab_size % tp_size != 0) {
+    throw bad_input(key("vocab_size", config.vocab_size) + " is not divisible by tp_size " + n +
+                    " (the vocabulary is not padded); refusing");
+  }
+}
+
 int64_t HeadSettings::max_window(const DrafterConfig& config) const {
   const int64_t pool_slots = static_cast<int64_t>(pool_pages) * kv_page_size;
   const int64_t retained = retained_context(config, *this);
@@ -74,11 +113,16 @@ void HeadSettings::check_fields() const {
   limits::check_at_most("head: field 'max_batch'", s.max_batch, limits::kMaxBatch);
   limits::check_at_most("head: field 'kv_page_size'", s.kv_page_size, limits::kKvPageSize);
   limits::check_at_most("head: pool_pages", s.pool_pages, limits::kPoolPages);
+  // docs/spec/tensor-parallel.md §1 check 1; check 2 is parse_tp_reduce_dtype's (the enum holds no other).
+  if (s.tp_size != 1 && s.tp_size != 2 && s.tp_size != 4 && s.tp_size != 8) {
+    throw bad_input("tp_size " + std::to_string(s.tp_size) + " is not supported: expected 1, 2, 4 or 8");
+  }
 }
 
-HeadSettings HeadSettings::resolved(const DrafterConfig& config) const {
-  check_config_limits(config, "config");
+HeadSettings HeadSettings::resolved(const DrafterConfig& config, const std::string& source) const {
+  check_config_limits(config, source);
   check_fields();
+  check_tensor_parallel(config, tp_size, source);
   HeadSettings s = *this;
   if (s.gamma == -1) s.gamma = config.block_size;
   // docs/spec/dflash2.md §3.3: with a block wider than the window the sources disagree on the in-block band.

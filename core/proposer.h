@@ -31,6 +31,13 @@ enum class Precision { kFp64, kFp32, kBf16, kFp8, kW8a8 };
 const char* precision_name(Precision precision);
 bool parse_precision(const std::string& name, Precision* out);
 
+// The dtype in which tensor-parallel row-parallel partials travel and their sum is stored
+// (docs/spec/tensor-parallel.md §1, §4).
+enum class TpReduceDtype { kFp32, kBf16 };
+const char* tp_reduce_dtype_name(TpReduceDtype dtype);
+// The §1 check 2: anything but "fp32" or "bf16" is a bad_input with the contract's message.
+TpReduceDtype parse_tp_reduce_dtype(const std::string& name);
+
 struct HeadSettings {
   int gamma = -1;          // maximum block width; -1 takes the config's block_size
   int64_t ctx_cap = 4096;  // context window in positions, >= 1; 0 only with uncapped = true
@@ -43,10 +50,15 @@ struct HeadSettings {
   // Debug mode: every slot of a page returned to the free list is filled with NaN in every layer,
   // so a stale read shows in the outputs (and the read-back checks can see the fill).
   bool poison_freed_pages = false;
+  // Tensor parallelism (docs/spec/tensor-parallel.md §1): N ranks, N in {1, 2, 4, 8}; the
+  // reduction dtype has no effect at N = 1.
+  int tp_size = 1;
+  TpReduceDtype tp_reduce_dtype = TpReduceDtype::kFp32;
 
   // Checks the values against their bounds (core/limits.h: the KV cache of every pool included)
   // and fills the defaults (gamma from the config, pool size).
-  HeadSettings resolved(const DrafterConfig& config) const;
+  // `source` (the config's path) prefixes the config-dependent refusals.
+  HeadSettings resolved(const DrafterConfig& config, const std::string& source = "config") const;
   // The fields' own ranges and bounds, nothing derived (resolved() starts with this).
   void check_fields() const;
   // Pages per layer pool for max_batch windows of `window_positions` each (a window can straddle
@@ -56,6 +68,11 @@ struct HeadSettings {
   // is unbounded or smaller (resolved settings).
   int64_t max_window(const DrafterConfig& config) const;
 };
+
+// docs/spec/tensor-parallel.md §1 checks 3-6, in order: N must divide nh, split or replicate the KV
+// heads, and divide I and V; the first failure is a bad_input with the contract's message, `source`
+// (the config's path) in place of {config}. Check 1 (N itself) is check_fields'.
+void check_tensor_parallel(const DrafterConfig& config, int tp_size, const std::string& source);
 
 // The context positions each sequence keeps cached, the newest ones; 0 = every position (uncapped).
 // ctx_cap (docs/spec/drafter.md §5), and when every layer of a DFlash2 drafter slides, at most

@@ -6,6 +6,7 @@
 
 #include <Eigen/Core>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/fp8.h"
 
@@ -66,6 +67,17 @@ Linear<T>::Linear(const Tensor& weight, const Tensor& bias, bool quantize_fp8, c
     std::copy(q.scales.begin(), q.scales.end(), scale_.begin() + begin);
   });
   weight_ = owned_.data();
+}
+
+template <typename T>
+void Linear<T>::set_row_parallel(int shards, bool bf16_reduce) {
+  if (shards < 1 || in_ % shards != 0) {
+    throw internal_error(name_ + ": " + std::to_string(shards) + " row-parallel ranks for K = " + std::to_string(in_) +
+                         " (HeadSettings::resolved refuses such a geometry first)");
+  }
+  if (bf16_reduce && !std::is_same<T, float>::value) throw internal_error(name_ + ": a bf16 reduction is emulated in fp32 only");
+  shards_ = shards;
+  bf16_reduce_ = bf16_reduce && shards > 1;  // §11 item 3: N = 1 never rounds
 }
 
 #ifdef DFLASH_FAULT_POINTS
@@ -152,18 +164,43 @@ void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64
   const int64_t n0 = chunk * chunk_rows_;
   const int64_t n = std::min(chunk_rows_, out_ - n0);
   const Eigen::Map<const RowMajor> w(weight_ + n0 * in_, n, in_);
+  // docs/spec/tensor-parallel.md §3-§4: rank r's partial is the GEMV over its slice [r·K/N, (r+1)·K/N)
+  // with its own epilogue (scale, no bias). At N = 1 the one "partial" is the whole product.
+  const int64_t slice = in_ / shards_;
+  Vector partial(shards_ > 1 ? n : 0);
   for (int64_t m = row_begin; m < row_end; ++m) {
     const Eigen::Map<const Vector> xm(x.row(m), in_);
     T* out = y->row(m) + n0;
-    Eigen::Map<Vector> ym(out, n);
-    ym.noalias() = w * xm;
-    if (!scale_.empty()) {
-      for (int64_t j = 0; j < n; ++j) out[j] = scale_[n0 + j] * out[j];
+    int shards = shards_;
+#ifdef DFLASH_FAULT_POINTS
+    if (missing_all_reduce_) shards = 1;  // the planted bug: rank 0's partial stands for the sum
+#endif
+    for (int r = 0; r < shards; ++r) {
+      T* pr = r == 0 ? out : partial.data();  // p_0 is where the sum starts
+      Eigen::Map<Vector> pm(pr, n);
+      if (shards_ == 1) {
+        pm.noalias() = w * xm;
+      } else {
+        pm.noalias() = w.middleCols(r * slice, slice) * xm.segment(r * slice, slice);
+      }
+      if (!scale_.empty()) {
+        for (int64_t j = 0; j < n; ++j) pr[j] = scale_[n0 + j] * pr[j];
+      }
+      if (act_scale != nullptr) {  // w8a8: act_scale[m] · (scale[n] · dot), as vLLM's scaled-mm epilogue
+        for (int64_t j = 0; j < n; ++j) pr[j] = act_scale[m] * pr[j];
+      }
+      if (bf16_reduce_) {  // p_r = bf16(P_r): the partial as it travels
+        for (int64_t j = 0; j < n; ++j) pr[j] = static_cast<T>(round_to_bf16(static_cast<float>(pr[j])));
+      }
+      // s = p_0; s = fl32(s + p_r) for r = 1..N-1: linear, in rank order, from p_0 itself.
+      if (r > 0) {
+        for (int64_t j = 0; j < n; ++j) out[j] = out[j] + pr[j];
+      }
     }
-    if (act_scale != nullptr) {  // w8a8: act_scale[m] · (scale[n] · dot), as vLLM's scaled-mm epilogue
-      for (int64_t j = 0; j < n; ++j) out[j] = act_scale[m] * out[j];
+    if (bf16_reduce_) {  // R = bf16(s): one rounding of the sum
+      for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>(round_to_bf16(static_cast<float>(out[j])));
     }
-    if (!bias_.empty()) {
+    if (!bias_.empty()) {  // §4: the bias once, after the reduction, in the compute type
       for (int64_t j = 0; j < n; ++j) out[j] = out[j] + bias_[n0 + j];
     }
   }

@@ -13,6 +13,11 @@
 // y[m, n] = act_scale[m] · (scale[n] · dot) (+ b[n]). A product of two E4M3 values has at most 8
 // significant bits and a magnitude of 0 or in [2^-18, 2^18), so it is exact in float: the dot
 // product's only roundings are its fp32 additions, in the same Eigen order as every other mode.
+//
+// Row-parallel (docs/spec/tensor-parallel.md §3-§4, set_row_parallel): K is cut into N contiguous
+// slices, one per rank; each rank's partial P_r = scale[n]·dot_r (no bias) is a GEMV over its slice,
+// in bf16 when the reduction travels in bf16; the partials are summed linearly in rank order
+// starting from p_0, the sum rounded once to bf16 in that setting, then the bias is added once.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -56,6 +61,11 @@ class Linear {
   const Fp8Activations& activations() const { return activations_; }
   const std::string& name() const { return name_; }
 
+  // Computes the product as N ranks of a row-parallel layer would (docs/spec/tensor-parallel.md §4);
+  // N = 1 is the plain product. N must divide K. `bf16_reduce`: tp_reduce_dtype bf16 (float T).
+  void set_row_parallel(int shards, bool bf16_reduce);
+  int row_parallel_shards() const { return shards_; }
+
   // y.row(m)[0, N) = x.row(m)[0, K) · Wᵀ (+ b) for m < rows. y must have >= rows rows and N cols.
   void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
 
@@ -64,6 +74,8 @@ class Linear {
   // negative controls. kQuantizedDrafter is a fault of the head alone: planted only where `lm_head`
   // is true; kUnscaledActivation only where the activations are quantized.
   void plant_fault(Fp8Fault fault, bool lm_head = false);
+  // TpFault::kMissingAllReduce: the reduction keeps rank 0's partial only (row-parallel only).
+  void plant_missing_all_reduce() { missing_all_reduce_ = true; }
 #endif
 
  private:
@@ -82,7 +94,10 @@ class Linear {
   std::vector<T> scale_;       // fp8: one per output row
   std::vector<T> bias_;        // empty without bias
   Fp8Activations activations_;
+  int shards_ = 1;             // row-parallel ranks N
+  bool bf16_reduce_ = false;   // partials and their sum rounded to bf16
 #ifdef DFLASH_FAULT_POINTS
+  bool missing_all_reduce_ = false;   // TpFault::kMissingAllReduce planted
   bool unscaled_activation_ = false;  // Fp8Fault::kUnscaledActivation planted
 #endif
 };

@@ -216,5 +216,98 @@ TEST(Linear, ShapeMismatchIsAnError) {
                HarnessError);
 }
 
+
+// docs/spec/tensor-parallel.md §10 item 5: the row-parallel reduction on hand-made partials. W is
+// one row of ones, so rank r's partial is the sum of its slice of x: one element per rank here.
+float reduce_partials(const std::vector<float>& partials, bool bf16_reduce, float bias = 0.0f) {
+  const int64_t n = static_cast<int64_t>(partials.size());
+  ThreadPool pool(1);
+  const Tensor w({1, n}, std::vector<float>(static_cast<size_t>(n), 1.0f));
+  const Tensor b({1}, {bias});
+  Linear<float> linear(w, b, false, "o_proj", pool);
+  linear.set_row_parallel(static_cast<int>(n), bf16_reduce);
+  AlignedMatrix<float> x(1, n), y(1, 1);
+  std::copy(partials.begin(), partials.end(), x.row(0));
+  linear.apply(x, 1, &y, pool);
+  return y.row(0)[0];
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+TEST(LinearRowParallel, ReducesInRankOrderFromRankZero) {
+  const float t = 0x1p-24f;
+  // Linear from p_0: 1 + 2^-24 rounds back to 1 three times. A tree would give 0x3F800001, the
+  // reversed order or a start at rank 1 0x3F800002.
+  EXPECT_EQ(bits(reduce_partials({1.0f, t, t, t}, false)), 0x3F800000u);
+  EXPECT_EQ(bits(reduce_partials({t, t, t, 1.0f}, false)), 0x3F800002u);  // the same values, another rank order
+}
+
+TEST(LinearRowParallel, Bf16RoundsEachPartialAndTheSumOnce) {
+  const float e = 0x1p-9f;
+  // Partials exact in bf16, the sum 1 + 3·2^-9 rounded once: 1 + 2^-7 (rounding after every
+  // addition would give 1.0).
+  EXPECT_EQ(float_to_bf16_bits(reduce_partials({1.0f, e, e, e}, true)), 0x3F81u);
+  // 2^-8 + 2^-16 rounds to 2^-8 as it travels; 1 + 2^-8 is a tie, to even: 1.0. Unrounded
+  // partials would give 1 + 2^-7, and the fp32 setting keeps 1 + 2^-8 + 2^-16.
+  EXPECT_EQ(reduce_partials({1.0f, 0x1p-8f + 0x1p-16f}, true), 1.0f);
+  EXPECT_EQ(reduce_partials({1.0f, 0x1p-8f + 0x1p-16f}, false), 1.0f + 0x1p-8f + 0x1p-16f);
+}
+
+TEST(LinearRowParallel, BiasOnceAfterTheReduction) {
+  // The bias 1 once: 0.25 + 0.25 + 1 = 1.5. On each rank's partial it would give 2.5.
+  EXPECT_EQ(reduce_partials({0.25f, 0.25f}, false, 1.0f), 1.5f);
+  // bf16: the sum is rounded before the bias is added in fp32: bf16(1 + 2^-9) = 1, + 2^-20.
+  EXPECT_EQ(reduce_partials({1.0f, 0x1p-9f}, true, 0x1p-20f), 1.0f + 0x1p-20f);
+}
+
+TEST(LinearRowParallel, OneRankIsThePlainProductAndNRanksStayInTheBound) {
+  const Tensor w = random_bf16({kOut, kIn}, 0.3f, 1);
+  const Tensor b = random_bf16({kOut}, 0.5f, 2);
+  ThreadPool pool(2);
+  for (bool fp8 : {false, true}) {
+    const Linear<float> plain(w, b, fp8, "plain", pool);
+    Linear<float> one(w, b, fp8, "one", pool), four(w, b, fp8, "four", pool);
+    one.set_row_parallel(1, true);  // N = 1 never rounds (§11 item 3)
+    four.set_row_parallel(4, false);
+    const AlignedMatrix<float> x = random_rows<float>(7, kIn, 3);
+    AlignedMatrix<float> y_plain(7, kOut), y_one(7, kOut), y_four(7, kOut);
+    plain.apply(x, 7, &y_plain, pool);
+    one.apply(x, 7, &y_one, pool);
+    four.apply(x, 7, &y_four, pool);
+    QuantizedRows q;
+    if (fp8) q = quantize_rows_e4m3(w);
+    const double u = 0x1p-24;
+    const double gamma = kIn * u / (1 - kIn * u);
+    size_t differing = 0;
+    for (int64_t m = 0; m < 7; ++m) {
+      ASSERT_EQ(std::memcmp(y_plain.row(m), y_one.row(m), sizeof(float) * kOut), 0) << "row " << m;
+      for (int64_t n = 0; n < kOut; ++n) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < kIn; ++k) {
+          const double wk = fp8 ? e4m3_to_float(q.codes[n * kIn + k]) * double{q.scales[n]} : w.row(n)[k];
+          magnitude += std::fabs(wk * x.row(m)[k]);
+        }
+        // §9.1: two summation orders of one sum, each within γ_K·Σ|x_k| (+ the scale's and the bias's
+        // roundings on each side).
+        const double bound = 2 * gamma * magnitude + 4 * u * (std::fabs(y_plain.row(m)[n]) + 1);
+        EXPECT_LE(std::fabs(double{y_four.row(m)[n]} - y_plain.row(m)[n]), bound) << "m=" << m << " n=" << n;
+        differing += y_four.row(m)[n] != y_plain.row(m)[n];
+      }
+    }
+    EXPECT_GT(differing, 0u) << "four ranks summed as one: the K split did not happen";
+  }
+}
+
+TEST(LinearRowParallel, RefusesRanksThatDoNotDivideK) {
+  const Tensor w = random_bf16({4, 6}, 0.3f, 1);
+  ThreadPool pool(1);
+  Linear<float> linear(w, Tensor(), false, "down_proj", pool);
+  EXPECT_THROW(linear.set_row_parallel(4, false), HarnessError);
+}
+
 }  // namespace
 }  // namespace dflash

@@ -165,6 +165,14 @@ PreparedWeights<T>::PreparedWeights(const DrafterWeights& w, const StagePolicy& 
     out.gate_proj = checkpoint_projection<T>(L.gate_proj, Tensor(), L.gate_proj_fp8, q8, p + "mlp.gate_proj", pool, policy, L.gate_input_scale);
     out.up_proj = checkpoint_projection<T>(L.up_proj, Tensor(), L.up_proj_fp8, q8, p + "mlp.up_proj", pool, policy, L.up_input_scale);
     out.down_proj = checkpoint_projection<T>(L.down_proj, Tensor(), L.down_proj_fp8, q8, p + "mlp.down_proj", pool, policy, L.down_input_scale);
+    // docs/spec/tensor-parallel.md §3: o_proj and down_proj are the row-parallel GEMMs, the only
+    // computation TP = N changes. Each rank holds TP = 1's codes and full-row fp8 scales (§2), so
+    // the K-split of these weights is its slice of TP = 1's, byte for byte.
+    out.o_proj.set_row_parallel(policy.tp_size, policy.tp_reduce_bf16);
+    out.down_proj.set_row_parallel(policy.tp_size, policy.tp_reduce_bf16);
+#ifdef DFLASH_FAULT_POINTS
+    if (l == 0 && policy.tp_fault == TpFault::kMissingAllReduce) out.o_proj.plant_missing_all_reduce();
+#endif
     if (!L.attn_conv_proj.values.empty()) {
       out.attn_conv_proj = Linear<T>(L.attn_conv_proj, Tensor(), false, p + "attention_conv.kernel_projection", pool);
       out.mlp_conv_proj = Linear<T>(L.mlp_conv_proj, Tensor(), false, p + "mlp_conv.kernel_projection", pool);

@@ -25,12 +25,13 @@ class ReferenceDrafter final : public PagedProposer {
  public:
   ReferenceDrafter(const DrafterConfig& config, std::shared_ptr<const DrafterWeights> weights,
                    const HeadSettings& settings, const ReferenceOptions& options)
-      : PagedProposer(checked_config(config), settings.resolved(config)),
+      : PagedProposer(checked_config(config), checked_tensor_parallel(settings.resolved(config))),
         weights_(checked_weights(config, std::move(weights))),
 #ifdef DFLASH_FAULT_POINTS
         fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
         dflash2_fault_(checked_dflash2_fault(options.dflash2_fault, config_)),
         rounding_fault_(checked_rounding_fault(options.rounding_fault, settings_.precision)),
+        tp_fault_(checked_tp_fault(options.tp_fault, settings_.tp_size)),
         fault_(options.fault),
 #endif
         engine_(make_drafter_engine(config_, *weights_, policy(),
@@ -46,6 +47,7 @@ class ReferenceDrafter final : public PagedProposer {
 #else
     std::string planted = fp8_fault_ == Fp8Fault::kNone ? name : name + "+" + fp8_fault_name(fp8_fault_);
     if (rounding_fault_ != RoundingFault::kNone) planted += std::string("+") + rounding_fault_name(rounding_fault_);
+    if (tp_fault_ != TpFault::kNone) planted += std::string("+") + tp_fault_name(tp_fault_);
     return dflash2_fault_ == Dflash2Fault::kNone ? planted : planted + "+" + dflash2_fault_name(dflash2_fault_);
 #endif
   }
@@ -120,6 +122,16 @@ class ReferenceDrafter final : public PagedProposer {
         {"kv_page_size", std::to_string(settings_.kv_page_size)},
         {"pool_pages", std::to_string(settings_.pool_pages)},
         {"page_order_seed", std::to_string(settings_.page_order_seed)},
+        {"tp_size", std::to_string(settings_.tp_size)},
+        {"tp_reduce_dtype", settings_.tp_size == 1 ? std::string(tp_reduce_dtype_name(settings_.tp_reduce_dtype)) +
+                                                         " (no effect: one rank, no reduction)"
+                                                   : std::string(tp_reduce_dtype_name(settings_.tp_reduce_dtype))},
+        {"tensor_parallel", settings_.tp_size == 1
+                                ? "off"
+                                : "emulated (docs/spec/tensor-parallel.md): o_proj and down_proj as " +
+                                      std::to_string(settings_.tp_size) +
+                                      " row-parallel partials summed in rank order from rank 0, bias once after; "
+                                      "column-parallel and vocabulary-parallel stages are TP = 1's (§3, §5)"},
     };
 #ifdef DFLASH_FAULT_POINTS
     d.emplace_back("fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_));
@@ -129,11 +141,31 @@ class ReferenceDrafter final : public PagedProposer {
     d.emplace_back("dflash2_fault", dflash2_fault_ == Dflash2Fault::kNone
                                         ? "none"
                                         : std::string("PLANTED: ") + dflash2_fault_name(dflash2_fault_));
+    d.emplace_back("tp_fault", tp_fault_ == TpFault::kNone ? "none" : std::string("PLANTED: ") + tp_fault_name(tp_fault_));
 #endif
     return d;
   }
 
  private:
+  // What the reference's TP = N emulation does not cover, refused by name (resolved settings).
+  static const HeadSettings& checked_tensor_parallel(const HeadSettings& s) {
+    if (s.tp_size == 1) return s;
+    const StagePolicy policy = StagePolicy::for_precision(s.precision);
+    if (s.tp_reduce_dtype == TpReduceDtype::kBf16 && !policy.round_bf16) {
+      throw bad_input(std::string("reference drafter: tp_reduce_dtype 'bf16' needs a precision with bf16 storage "
+                                  "(bf16, fp8, w8a8), not ") + precision_name(s.precision) +
+                      ", which rounds nothing to bf16; refusing");
+    }
+    if (policy.fp8_activations) {
+      // A rank quantizes its own slice of a row-parallel input; docs/spec/tensor-parallel.md does not
+      // state those per-slice activation scales.
+      throw bad_input("reference drafter: tp_size " + std::to_string(s.tp_size) +
+                      " with w8a8: docs/spec/tensor-parallel.md does not state the row-parallel activation scales; "
+                      "refusing");
+    }
+    return s;
+  }
+
   static const DrafterConfig& checked_config(const DrafterConfig& c) {
     const auto fail = [](const std::string& what) { throw bad_input("reference drafter: config: " + what); };
     if (c.hidden_size < 1 || c.num_layers < 1 || c.num_heads < 1 || c.num_kv_heads < 1 || c.head_dim < 1 ||
@@ -283,7 +315,10 @@ class ReferenceDrafter final : public PagedProposer {
   // The stage policy of this drafter's precision (with its planted faults in a build with them).
   StagePolicy policy() const {
     StagePolicy p = StagePolicy::for_precision(settings_.precision);
+    p.tp_size = settings_.tp_size;
+    p.tp_reduce_bf16 = settings_.tp_size > 1 && settings_.tp_reduce_dtype == TpReduceDtype::kBf16;
 #ifdef DFLASH_FAULT_POINTS
+    p.tp_fault = tp_fault_;
     p.fp8_fault = fp8_fault_;
     p.dflash2_fault = dflash2_fault_;
     p.rounding_fault = rounding_fault_;
@@ -322,6 +357,14 @@ class ReferenceDrafter final : public PagedProposer {
     return fault;
   }
 
+  static TpFault checked_tp_fault(TpFault fault, int tp_size) {
+    if (fault != TpFault::kNone && tp_size == 1) {
+      throw bad_input(std::string("reference drafter: the planted TP fault '") + tp_fault_name(fault) +
+                      "' needs tp_size > 1; refusing");
+    }
+    return fault;
+  }
+
   static RoundingFault checked_rounding_fault(RoundingFault fault, Precision precision) {
     if (fault != RoundingFault::kNone && !StagePolicy::for_precision(precision).round_bf16) {
       throw bad_input(std::string("reference drafter: the planted rounding fault '") + rounding_fault_name(fault) +
@@ -333,6 +376,7 @@ class ReferenceDrafter final : public PagedProposer {
   const Fp8Fault fp8_fault_;
   const Dflash2Fault dflash2_fault_;
   const RoundingFault rounding_fault_;
+  const TpFault tp_fault_;
   const PlantedFault fault_;
   bool stale_key_written_ = false;  // kStaleKey plants one key per drafter
   // The graph faults' emulation: proposes per (width, batch); the block tables last uploaded per

@@ -22,6 +22,9 @@ struct ReferenceOptions {
   // A planted rounding bug (bf16, fp8 and w8a8 modes only; kBadInput in others): a negative control of
   // the rounding-bias check. The drafter's name and describe() say which.
   RoundingFault rounding_fault = RoundingFault::kNone;
+  // A planted TP bug (tp_size > 1 only; kBadInput otherwise): a negative control. The drafter's
+  // name and describe() say which.
+  TpFault tp_fault = TpFault::kNone;
 #endif
 };
 

@@ -21,10 +21,28 @@ struct StagePolicy {
   bool round_bf16 = false;   // round at the bf16 storage boundaries
   bool fp8_weights = false;  // q/k/v/o/gate/up/down and lm_head as per-row E4M3
   bool fp8_activations = false;  // and their input rows per token as E4M3 (only with fp8_weights)
+  // Tensor parallelism emulated (docs/spec/tensor-parallel.md): o_proj and down_proj reduce tp_size
+  // row-parallel partials (§4, Linear::set_row_parallel), in bf16 where tp_reduce_bf16. Nothing
+  // else is emulated per rank, by the contract's own statements:
+  //  - column-parallel stages (q/k/v, attention, gate/up, the logits) are TP = 1's bit for bit: a
+  //    GEMM's per-element order depends on K only (§3 decision), and each rank's slice of rows or
+  //    heads reads the same inputs as at TP = 1, so per-shard GEMMs would give the same bits;
+  //  - the embedding's combination is exact (§5.1), and K/V heads (split or replicated, §2) hold
+  //    TP = 1's values (§6);
+  //  - the vocabulary-parallel argmax (§5.2) takes the greatest (value, global index) pair under a
+  //    strict total order with lowest-index ties, so the greatest of the shards' greatest is the
+  //    row's greatest: TP = 1's argmax, including ties across a shard boundary;
+  //  - the DFlash2 top-K merge (§5.3) is exactly the one-device top-K of the gathered row, ids and
+  //    order (a token in the global first K is preceded by fewer than K tokens of its own shard), so
+  //    the reference's one-device top-K is the merge's result; the rest of the selector is
+  //    replicated.
+  int tp_size = 1;
+  bool tp_reduce_bf16 = false;
 #ifdef DFLASH_FAULT_POINTS
   Fp8Fault fp8_fault = Fp8Fault::kNone;  // only with fp8_weights (kUnscaledActivation: fp8_activations)
   Dflash2Fault dflash2_fault = Dflash2Fault::kNone;
   RoundingFault rounding_fault = RoundingFault::kNone;  // only with round_bf16
+  TpFault tp_fault = TpFault::kNone;                    // only with tp_size > 1
 #endif
 
   static StagePolicy for_precision(Precision precision) {

@@ -75,6 +75,18 @@ enum class Dflash2Fault {
 // "causal-block", "conv-wraps"; "" for kNone.
 const char* dflash2_fault_name(Dflash2Fault fault);
 
+// A tensor-parallel bug planted in the reference's TP = N emulation (docs/spec/tensor-parallel.md
+// §4), for the catch suite of issue 47: what a TP drafter with that bug would compute.
+enum class TpFault {
+  kNone,
+  kMissingAllReduce,  // layer 0's o_proj keeps rank 0's partial: its all-reduce is missing
+};
+
+// "missing-all-reduce"; "" for kNone.
+inline const char* tp_fault_name(TpFault fault) {
+  return fault == TpFault::kMissingAllReduce ? "missing-all-reduce" : "";
+}
+
 inline const char* fp8_fault_name(Fp8Fault fault) {
   switch (fault) {
     case Fp8Fault::kNone: return "";

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/proposer.h"
 
 namespace dflash {
 
@@ -29,6 +30,14 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o) {
                   "Seconds a plugin call may take when isolated before it is killed and reported as hung")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
+  cmd->add_option("--tp", o->tp,
+                  "Tensor parallelism: the reference emulates TP = N (1, 2, 4 or 8) per docs/spec/tensor-parallel.md; "
+                  "a fixture whose geometry N does not divide is refused by name")
+      ->capture_default_str();
+  cmd->add_option("--tp-reduce", o->tp_reduce,
+                  "fp32 | bf16: the dtype of the row-parallel partials and their sum at TP > 1 (bf16 needs --precision "
+                  "bf16 or fp8)")
+      ->capture_default_str();
 }
 
 ReplayRequest make_replay_request(const BackendOptions& o) {
@@ -43,6 +52,28 @@ ReplayRequest make_replay_request(const BackendOptions& o) {
     if (eq == std::string::npos || eq == 0) throw bad_input("--plugin-option '" + kv + "': expected KEY=VALUE");
     request.plugins.options.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  // docs/spec/tensor-parallel.md §1 checks 1 and 2, with the contract's texts.
+  HeadSettings tp;
+  tp.tp_size = o.tp;
+  try {
+    tp.tp_reduce_dtype = parse_tp_reduce_dtype(o.tp_reduce);
+  } catch (const HarnessError& e) {
+    throw bad_input(std::string("--tp-reduce: ") + e.what());
+  }
+  try {
+    tp.check_fields();
+  } catch (const HarnessError& e) {
+    throw bad_input(std::string("--tp: ") + e.what());
+  }
+  for (const Backend& b : request.backends) {
+    if (o.tp != 1 && b.kind != Backend::Kind::kReference) {
+      throw bad_input("--tp " + std::to_string(o.tp) +
+                      ": only the reference emulates tensor parallelism; the CUDA drafter and plugins run at TP = 1 "
+                      "(use --backend reference)");
+    }
+  }
+  request.tp_size = tp.tp_size;
+  request.tp_reduce_dtype = tp.tp_reduce_dtype;
   check_backends_run_here(request.backends, request.precision, request.plugins);
   return request;
 }

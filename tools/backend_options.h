@@ -17,6 +17,8 @@ struct BackendOptions {
   std::vector<std::string> plugin_options;  // KEY=VALUE
   bool no_isolate = false;
   double plugin_timeout_s = 60;
+  int tp = 1;                     // --tp: the reference emulating TP = N (docs/spec/tensor-parallel.md)
+  std::string tp_reduce = "fp32";  // --tp-reduce
 };
 
 void add_backend_options(CLI::App* cmd, BackendOptions* options);

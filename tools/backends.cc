@@ -16,9 +16,12 @@ namespace {
 
 // The fixture's head at `precision`, with freed pages poisoned (the debug mode the stored-state
 // checks read: a stale read then shows as NaN).
-HeadSettings head_for(const Fixture& fixture, Precision precision) {
+HeadSettings head_for(const Fixture& fixture, Precision precision, int tp_size = 1,
+                      TpReduceDtype tp_reduce = TpReduceDtype::kFp32) {
   HeadSettings head = fixture.head;
   head.precision = precision;
+  head.tp_size = tp_size;
+  head.tp_reduce_dtype = tp_reduce;
   head.poison_freed_pages = true;
   return head;
 }
@@ -130,7 +133,9 @@ void check_backends_run_here(const std::vector<Backend>& backends, Precision pre
 }
 
 DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends, Precision precision, int cuda_warmup,
-                         const PluginSettings& plugins) {
+                         const PluginSettings& plugins, int tp_size, TpReduceDtype tp_reduce) {
+  // docs/spec/tensor-parallel.md §1 checks 3-6 name the config file, before any weight is read.
+  check_tensor_parallel(fixture.config, tp_size, fixture.drafter_dir + "/config.json");
   fixture.load_weights();
   DrafterSet set;
   const auto add = [&](std::unique_ptr<DraftProposer> drafter, Precision p, bool with_fixture) {
@@ -138,7 +143,9 @@ DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends,
     set.drafters.push_back(std::move(drafter));
     return static_cast<int>(set.lanes.size()) - 1;
   };
-  const auto reference = [&](Precision p) { return make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, p)); };
+  const auto reference = [&](Precision p) {
+    return make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, p, tp_size, tp_reduce));
+  };
   const auto make = [&](const Backend& b) {
     return b.kind == Backend::Kind::kCuda ? make_cuda(fixture, precision, cuda_warmup)
                                           : make_plugin(fixture, b.plugin_path, precision, plugins);

@@ -57,8 +57,12 @@ void check_backends_run_here(const std::vector<Backend>& backends, Precision pre
 // reference emulating `precision` compared with each of them (the tight same-precision model), and
 // in fp8 and w8a8 the bf16 reference compared with each (that mode's envelope). `both` is reference,cuda.
 // The CUDA drafter runs as shipped (CudaOptions' defaults and the environment) except for
-// `cuda_warmup`, the eager passes before a graph is captured.
+// `cuda_warmup`, the eager passes before a graph is captured. Every drafter runs at `tp_size` with
+// `tp_reduce` (only the reference emulates TP > 1: make_replay_request refuses the others); a
+// fixture whose geometry tp_size does not divide is refused naming its config.json
+// (docs/spec/tensor-parallel.md §1).
 DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends, Precision precision, int cuda_warmup,
-                         const PluginSettings& plugins);
+                         const PluginSettings& plugins, int tp_size = 1,
+                         TpReduceDtype tp_reduce = TpReduceDtype::kFp32);
 
 }  // namespace dflash

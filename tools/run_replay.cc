@@ -19,7 +19,8 @@ ReplayResult read_and_replay(const std::string& path, const ReplayRequest& reque
     if (prepare) prepare(fixture);
     DrafterSet drafters;
     try {
-      drafters = make_drafters(fixture, request.backends, request.precision, request.cuda_warmup, request.plugins);
+      drafters = make_drafters(fixture, request.backends, request.precision, request.cuda_warmup, request.plugins,
+                               request.tp_size, request.tp_reduce_dtype);
     } catch (const DrafterFault& fault) {  // a plugin that crashed or hung in create: this fixture fails
       ReplayResult result;
       result.fixture_name = fixture.name;

@@ -15,6 +15,9 @@ struct ReplayRequest {
   // Eager passes of the CUDA drafter before it captures the graph of a (width, batch); the
   // command's --warmup, applied over DFLASH_CUDA_WARMUP so short fixtures reach graph replays.
   int cuda_warmup = 1;
+  // The reference emulating TP = N (docs/spec/tensor-parallel.md), its row-parallel reduction dtype.
+  int tp_size = 1;
+  TpReduceDtype tp_reduce_dtype = TpReduceDtype::kFp32;
   ReplayOptions options;
 };
 
