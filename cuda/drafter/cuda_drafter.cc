@@ -25,6 +25,10 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
     throw bad_input(std::string("head: the CUDA drafter computes in bf16 or fp8; precision ") +
                     precision_name(s.precision) + " was asked");
   }
+  if (s.tp_size != 1) {  // docs/spec/tensor-parallel.md: only the reference emulates TP = N so far
+    throw unsupported("head: tp_size " + std::to_string(s.tp_size) +
+                      ": the CUDA drafter runs TP = 1 only (its fake shards and NCCL path are not built)");
+  }
   return s;
 }
 
