@@ -49,7 +49,9 @@ json stage_to_json(const StageCheck& s) {
   if (s.bias) {  // same rounding points only (compare/rounding_bias.h)
     j["rounding_bias"] = {{"elements", s.bias->elements}, {"mean_ulp", number(s.bias->mean_ulp)},
                           {"second_moment", number(s.bias->second_moment)}, {"bound", number(s.bias->bound)},
-                          {"passed", s.bias->passed()}};
+                          {"passed", s.bias->passed()}, {"rows", s.bias->rows},
+                          {"row_mean_sd", number(s.bias->row_mean_sd)},
+                          {"beyond_one_ulp", number(s.bias->beyond_one_ulp)}};
   }
   if (!s.passed) {
     j["fail"] = {{"row", s.fail_row},       {"col", s.fail_col},

@@ -60,6 +60,23 @@ TEST(RoundingBias, UlpOfBf16) {
   EXPECT_EQ(bf16_bits_to_float(static_cast<uint16_t>(float_to_bf16_bits(x) + 1)) - x, bf16_ulp(x));
 }
 
+TEST(RoundingBias, ReportsRowMeansAndTheShareBeyondOneUlp) {
+  // Row 0: every element one ulp toward zero; row 1: two ulps away from zero in its first quarter,
+  // exact elsewhere. Row means -1 and (4 · 1) / 16 = 0.25 (clamped to one ulp each); sd of {-1, 0.25}.
+  Tensor e = Tensor::zeros({2, 16});
+  for (float& v : e.values) v = 1.5f;
+  Tensor a = e;
+  for (int c = 0; c < 16; ++c) a.values[c] = 1.5f - std::ldexp(1.0f, -7);
+  for (int c = 0; c < 4; ++c) a.values[16 + c] = 1.5f + 2 * std::ldexp(1.0f, -7);
+  const RoundingBias bias = measure_rounding_bias(e, a);
+  EXPECT_EQ(bias.rows, 2);
+  EXPECT_DOUBLE_EQ(bias.row_mean_sd, std::sqrt(2 * 0.625 * 0.625));
+  EXPECT_DOUBLE_EQ(bias.beyond_one_ulp, 4.0 / 32);
+  EXPECT_NE(describe_rounding_bias(bias).find("(2 rows, their means' sd 0.884; 12.5 % more than one ulp apart)"),
+            std::string::npos)
+      << describe_rounding_bias(bias);
+}
+
 TEST(RoundingBias, BoundFollowsTheElementCount) {
   // Every element one ulp toward zero: mean -1, second moment 1, bound 6·sqrt(1/n).
   Tensor e = Tensor::zeros({1, 400});
