@@ -46,6 +46,7 @@ constexpr Precision kLanePrecision = Precision::kFp32;
 struct Lanes {
   Precision precision = kLanePrecision;
   bool tight = false;
+  int tp_size = 1;  // both lanes emulate TP = N (docs/spec/tensor-parallel.md)
 };
 
 // As `dflash-harness replay` runs a drafter: freed pages poisoned, and the stored K/V checked
@@ -55,6 +56,7 @@ ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, c
   fixture.load_weights();
   HeadSettings head = fixture.head;
   head.poison_freed_pages = true;
+  head.tp_size = lanes.tp_size;
   const Precision p = lanes.precision;
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
   std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, p);
@@ -168,6 +170,10 @@ std::vector<ReplayBug> replay_bugs() {
        prop::planting(RoundingFault::kTruncatedKvStore), {Precision::kBf16, false}},
       {{"truncated-swiglu", "rounding bias", replay, "L0.mlp", "oracle/tiny-gqa"},
        prop::planting(RoundingFault::kTruncatedActivation), {Precision::kBf16, true}},
+      // Tensor parallelism (docs/spec/tensor-parallel.md), both lanes at TP = 2: layer 0's o_proj keeps
+      // rank 0's partial (a missing all-reduce); everything before it is TP = 1's bits.
+      {{"missing-all-reduce", "missing all-reduce (tp 2)", replay, "L0.o_proj", "oracle/tiny-mha"},
+       prop::planting(TpFault::kMissingAllReduce), {kLanePrecision, true, 2}},
       // The stale-graph classes on a trace that interleaves widths, batches, releases and window
       // growth (blind-spots/serving-loop), as a CUDA drafter with graphs after one eager pass would
       // compute them: a graph of another batch, or of a wider block, serves a propose; a baked page
@@ -191,7 +197,8 @@ std::vector<std::string> property_only_variants() { return {"NonAtomicExhaustion
 
 // "oracle/tiny-gqa (bf16, tight)"
 std::string replay_name(const std::string& dir, const Lanes& lanes) {
-  return dir + " (" + precision_name(lanes.precision) + (lanes.tight ? ", tight" : "") + ")";
+  return dir + " (" + precision_name(lanes.precision) + (lanes.tight ? ", tight" : "") +
+         (lanes.tp_size > 1 ? ", tp " + std::to_string(lanes.tp_size) : "") + ")";
 }
 
 // Every (fixture, lanes) the rows replay, once each.
@@ -199,7 +206,8 @@ std::vector<std::pair<std::string, Lanes>> replays_of(const std::vector<ReplayBu
   std::vector<std::pair<std::string, Lanes>> replays;
   for (const ReplayBug& b : bugs) {
     const bool seen = std::any_of(replays.begin(), replays.end(), [&](const auto& r) {
-      return r.first == b.bug.where && r.second.precision == b.lanes.precision && r.second.tight == b.lanes.tight;
+      return r.first == b.bug.where && r.second.precision == b.lanes.precision && r.second.tight == b.lanes.tight &&
+             r.second.tp_size == b.lanes.tp_size;
     });
     if (!seen) replays.emplace_back(b.bug.where, b.lanes);
   }

@@ -43,6 +43,8 @@ std::function<Backend(const Backend&)> planting(PlantedFault fault, const std::s
 std::function<Backend(const Backend&)> planting(RoundingFault fault);
 // The reference with an fp8 GEMM fault planted (ReferenceOptions::fp8_fault; fp8 only).
 std::function<Backend(const Backend&)> planting(Fp8Fault fault);
+// The reference with a tensor-parallel fault planted (ReferenceOptions::tp_fault; tp_size > 1 only).
+std::function<Backend(const Backend&)> planting(TpFault fault);
 
 // Runs `variant` against `base` under GoogleTest: fails unless a counterexample is found.
 void expect_caught(const Backend& base, const BrokenVariant& variant);

@@ -42,6 +42,10 @@ std::function<Backend(const Backend&)> planting(Fp8Fault fault) {
   return planting_with(fp8_fault_name(fault), [fault](ReferenceOptions* options) { options->fp8_fault = fault; });
 }
 
+std::function<Backend(const Backend&)> planting(TpFault fault) {
+  return planting_with(tp_fault_name(fault), [fault](ReferenceOptions* options) { options->tp_fault = fault; });
+}
+
 namespace {
 
 std::function<void(const Backend&, const Backend&)> on_broken(void (*property)(const Backend&)) {
