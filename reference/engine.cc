@@ -275,11 +275,32 @@ class Engine final : public DrafterEngine {
         float* dst = out.logits.row(i);
         for (int64_t c = 0; c < V; ++c) dst[c] = static_cast<float>(row[c]);
         // On the compute type's own values: in fp64 mode two logits that round to one float stay apart.
-        out.draft_tokens[static_cast<size_t>(i)] = static_cast<int32_t>(ops::argmax(row, static_cast<size_t>(V)));
+        out.draft_tokens[static_cast<size_t>(i)] = static_cast<int32_t>(
+            policy_.tp_size > 1 ? vocab_parallel_argmax(row, V) : ops::argmax(row, static_cast<size_t>(V)));
       }
       if (want_taps) out.taps.push_back(Tap{stage_name(StageKind::kLogits), out.logits});
     }
     if (d2.enabled) run_selector(steps, hf, logits, drafts, want_taps, outputs);
+  }
+
+  // docs/spec/tensor-parallel.md §5.2: each rank's best of its V/N tokens (lowest local index on
+  // ties) with its global index r·V/N + local, merged: the greatest value, the lowest global index
+  // on ties. Equal to the one-device argmax (stage_policy.h).
+  int64_t vocab_parallel_argmax(const T* row, int64_t V) const {
+    const int64_t n = policy_.tp_size, shard = V / n;
+    int64_t best = -1;
+    T best_value = T(0);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t local = static_cast<int64_t>(ops::argmax(row + r * shard, static_cast<size_t>(shard)));
+      int64_t offset = r * shard;
+#ifdef DFLASH_FAULT_POINTS
+      if (policy_.tp_fault == TpFault::kVocabOffset && r > 0) offset = (r - 1) * shard;
+#endif
+      const T value = row[r * shard + local];  // each rank sends (its best value, its global index)
+      const int64_t global = offset + local;
+      if (best < 0 || value > best_value || (value == best_value && global < best)) best = global, best_value = value;
+    }
+    return best;
   }
 
   // docs/spec/dflash2.md §3.1: kernel_projection of x (all 2·k·ng coefficients, kept in `coef` for

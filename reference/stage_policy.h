@@ -31,7 +31,8 @@ struct StagePolicy {
   //    TP = 1's values (§6);
   //  - the vocabulary-parallel argmax (§5.2) takes the greatest (value, global index) pair under a
   //    strict total order with lowest-index ties, so the greatest of the shards' greatest is the
-  //    row's greatest: TP = 1's argmax, including ties across a shard boundary;
+  //    row's greatest: TP = 1's argmax, including ties across a shard boundary (the reference still
+  //    draws its tokens through that merge at tp_size > 1, engine.cc, so a merge bug can be planted);
   //  - the DFlash2 top-K merge (§5.3) is exactly the one-device top-K of the gathered row, ids and
   //    order (a token in the global first K is preceded by fewer than K tokens of its own shard), so
   //    the reference's one-device top-K is the merge's result; the rest of the selector is

@@ -80,11 +80,13 @@ const char* dflash2_fault_name(Dflash2Fault fault);
 enum class TpFault {
   kNone,
   kMissingAllReduce,  // layer 0's o_proj keeps rank 0's partial: its all-reduce is missing
+  kVocabOffset,       // the vocabulary-parallel argmax (§5.2) turns rank r > 0's local index into a global
+                      // one with rank r - 1's offset: a shard's vocabulary offset off by one block
 };
 
-// "missing-all-reduce"; "" for kNone.
+// "missing-all-reduce", "vocab-offset"; "" for kNone.
 inline const char* tp_fault_name(TpFault fault) {
-  return fault == TpFault::kMissingAllReduce ? "missing-all-reduce" : "";
+  return fault == TpFault::kMissingAllReduce ? "missing-all-reduce" : fault == TpFault::kVocabOffset ? "vocab-offset" : "";
 }
 
 inline const char* fp8_fault_name(Fp8Fault fault) {

@@ -174,6 +174,11 @@ std::vector<ReplayBug> replay_bugs() {
       // rank 0's partial (a missing all-reduce); everything before it is TP = 1's bits.
       {{"missing-all-reduce", "missing all-reduce (tp 2)", replay, "L0.o_proj", "oracle/tiny-mha"},
        prop::planting(TpFault::kMissingAllReduce), {kLanePrecision, true, 2}},
+      // The same lanes: the logits are right and a draft token is a shard's best under another
+      // shard's offset, far below the row's top (the token comparison names it before the
+      // draft-argmax invariant of the same step); at step 1, the first row whose best is past V/2.
+      {{"vocab-offset", "vocabulary offset off by one block (tp 2)", replay, "draft_tokens", "oracle/tiny-mha"},
+       prop::planting(TpFault::kVocabOffset), {kLanePrecision, true, 2}},
       // The stale-graph classes on a trace that interleaves widths, batches, releases and window
       // growth (blind-spots/serving-loop), as a CUDA drafter with graphs after one eager pass would
       // compute them: a graph of another batch, or of a wider block, serves a propose; a baked page
