@@ -3,9 +3,8 @@
 // backend and requires the same verdicts (ci/gpu-gate.sh plugin_replays). Options:
 //   warmup=N                eager passes before a shape's graph is captured (default 1, as replay's)
 //   poison_freed_pages=0|1  the debug fill of freed pages the in-process backend uses (default 1)
-#include <cstdlib>
-
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "cuda/drafter/cuda_drafter.h"
 #include "plugin/export/proposer_export.h"
 
@@ -20,11 +19,10 @@ std::unique_ptr<DraftProposer> make_cuda_plugin_drafter(const DrafterConfig& con
   HeadSettings settings = head;
   settings.poison_freed_pages = true;
   for (const auto& [key, value] : options) {
-    char* end = nullptr;
-    const long n = std::strtol(value.c_str(), &end, 10);
-    const bool integer = !value.empty() && *end == '\0';
+    int n = -1;
+    const bool integer = parse_whole_int(value, &n);
     if (key == "warmup" && integer && n >= 0 && n <= 1000) {
-      cuda.warmup = static_cast<int>(n);
+      cuda.warmup = n;
     } else if (key == "poison_freed_pages" && integer && (n == 0 || n == 1)) {
       settings.poison_freed_pages = n == 1;
     } else {

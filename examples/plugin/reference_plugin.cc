@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/forwarding_proposer.h"
+#include "core/parse_number.h"
 #include "plugin/export/proposer_export.h"
 #include "reference/reference_options.h"
 
@@ -98,8 +99,9 @@ std::unique_ptr<DraftProposer> make_example(const DrafterConfig& config, std::sh
     if (key == "fault") {
       fault = parse_fault(value);
     } else if (key == "threads") {
-      reference.threads = std::atoi(value.c_str());
-      if (reference.threads < 1 || reference.threads > 256) throw bad_input("plugin option threads=" + value + ": expected 1..256");
+      if (!parse_whole_int(value, &reference.threads) || reference.threads < 1 || reference.threads > 256) {
+        throw bad_input("plugin option threads=" + value + ": expected 1..256");
+      }
     } else {
       throw bad_input("plugin option '" + key + "': the example plugin takes fault and threads");
     }
