@@ -50,6 +50,23 @@ bool from_plugin_precision(int32_t value, Precision* out) {
   }
 }
 
+const char* path_mode_name(int32_t path) {
+  switch (path) {
+    case DFLASH_PATH_CPU: return "cpu";
+    case DFLASH_PATH_EAGER: return "eager";
+    case DFLASH_PATH_GRAPH_CAPTURE: return "graph-capture";
+    case DFLASH_PATH_GRAPH_REPLAY: return "graph-replay";
+    default: return "unreported";
+  }
+}
+
+int32_t path_code(const std::string& mode) {
+  for (int32_t p : {DFLASH_PATH_CPU, DFLASH_PATH_EAGER, DFLASH_PATH_GRAPH_CAPTURE, DFLASH_PATH_GRAPH_REPLAY}) {
+    if (mode == path_mode_name(p)) return p;
+  }
+  return DFLASH_PATH_UNREPORTED;
+}
+
 std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
                                                    std::shared_ptr<const DrafterWeights> weights,
                                                    const HeadSettings& settings, const std::string& drafter_dir,

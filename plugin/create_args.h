@@ -44,4 +44,9 @@ std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
 dflash_precision to_plugin_precision(Precision precision);
 bool from_plugin_precision(int32_t value, Precision* out);
 
+// dflash_path <-> ForwardPath::mode ("cpu", "eager", "graph-capture", "graph-replay"; anything else
+// is DFLASH_PATH_UNREPORTED, "unreported").
+const char* path_mode_name(int32_t path);
+int32_t path_code(const std::string& mode);
+
 }  // namespace dflash

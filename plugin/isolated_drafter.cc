@@ -249,7 +249,7 @@ void IsolatedDrafter::child_died(const std::string& during) const {
   dead_ = true;
   channel_->close();
   const int status = reap(child_, 2000);
-  const_cast<IsolatedDrafter*>(this)->child_ = -1;
+  child_ = -1;
   throw DrafterFault(name_, how_it_ended(status), during);
 }
 
@@ -265,7 +265,7 @@ std::string IsolatedDrafter::call(uint32_t op, const std::string& payload, const
     kill(child_, SIGKILL);
     channel_->close();
     reap(child_, 1000);
-    const_cast<IsolatedDrafter*>(this)->child_ = -1;
+    child_ = -1;
     throw DrafterFault(name_, "plugin hung: no answer in " + std::to_string(timeout_ms_ / 1000) + " s (killed)", during);
   }
   if (answer_op == kError) rethrow_error(answer);

@@ -50,7 +50,7 @@ class IsolatedDrafter : public PluginProposerBase {
   std::string name_ = "plugin";
   int timeout_ms_;
   mutable std::unique_ptr<Channel> channel_;
-  pid_t child_ = -1;
+  mutable pid_t child_ = -1;  // -1 once reaped
   mutable bool dead_ = false;
   int block_g_ = 2;
   Introspection introspection_;

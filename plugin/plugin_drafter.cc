@@ -16,16 +16,6 @@ constexpr size_t kMessageSize = 4096;
 // The largest tap read back (1 GiB of floats): a shape past it is the plugin's fault, not an allocation.
 constexpr int64_t kTapElements = int64_t{1} << 28;
 
-const char* path_mode(int32_t path) {
-  switch (path) {
-    case DFLASH_PATH_CPU: return "cpu";
-    case DFLASH_PATH_EAGER: return "eager";
-    case DFLASH_PATH_GRAPH_CAPTURE: return "graph-capture";
-    case DFLASH_PATH_GRAPH_REPLAY: return "graph-replay";
-    default: return "unreported";
-  }
-}
-
 std::string capability_list(const PluginLibrary& library) {
   std::string out;
   const std::pair<uint64_t, const char*> caps[] = {
@@ -98,6 +88,7 @@ std::vector<ProposeOutput> PluginDrafter::propose(const std::vector<ProposeInput
     r.anchor = in.anchor;
     r.start = in.start;
     r.block_width = block_g_;
+    r.want_taps = want_taps && library_->has(DFLASH_CAP_TAPS);
     r.ctx_rows = in.ctx->rows();
     r.ctx_features = in.ctx->cols();
     r.ctx = in.ctx->values.data();
@@ -122,7 +113,7 @@ std::vector<ProposeOutput> PluginDrafter::propose(const std::vector<ProposeInput
     logits[i].resize(static_cast<size_t>(rows * V));
     o.logits = Tensor({rows, V}, std::move(logits[i]));
     o.draft_tokens.assign(tokens[i].begin(), tokens[i].begin() + rows);
-    o.path.mode = library_->has(DFLASH_CAP_PATH) ? path_mode(results[i].path) : "unreported";
+    o.path.mode = library_->has(DFLASH_CAP_PATH) ? path_mode_name(results[i].path) : "unreported";
     if (want_taps && library_->has(DFLASH_CAP_TAPS)) {
       for (const std::string& stage : forward_stage_order(config_.num_layers, config_.dflash2.enabled)) {
         if (stage == "logits") continue;

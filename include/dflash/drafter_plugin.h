@@ -133,7 +133,7 @@ typedef struct dflash_propose_request {
   int32_t anchor;       /* anchor token id */
   int64_t start;        /* absolute position of the anchor */
   int32_t block_width;  /* requested; the drafter clamps it to [2, max(gamma, 2)]; equal in one propose */
-  int32_t reserved;
+  int32_t want_taps;    /* 1: the harness reads this propose's taps (DFLASH_CAP_TAPS); 0: it reads none */
   int64_t ctx_rows;     /* C: new context rows, positions start-C .. start-1 */
   int64_t ctx_features; /* nT·Ht */
   const float* ctx;     /* [C, nT·Ht] target hidden states, fp32 */

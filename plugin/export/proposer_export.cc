@@ -86,15 +86,6 @@ Tensor float_tensor(const dflash_create_args& args, const std::string& name, con
 
 Exported* as_exported(dflash_drafter* d) { return reinterpret_cast<Exported*>(d); }
 
-const char* path_mode_names[] = {"", "cpu", "eager", "graph-capture", "graph-replay"};
-
-int32_t path_code(const std::string& mode) {
-  for (int32_t i = 1; i < 5; ++i) {
-    if (mode == path_mode_names[i]) return i;
-  }
-  return DFLASH_PATH_UNREPORTED;
-}
-
 dflash_status create(const dflash_create_args* args, dflash_drafter** out, char* message, size_t size) {
   return guarded(message, size, [&] {
     if (args == nullptr || out == nullptr || args->struct_size < sizeof(dflash_create_args)) {
@@ -135,7 +126,7 @@ dflash_status propose(dflash_drafter* d, const dflash_propose_request* requests,
       if (std::find(active.begin(), active.end(), in.seq) == active.end()) e.drafter->add_sequence(in.seq);
     }
     e.drafter->set_block_g(requests[0].block_width);
-    std::vector<ProposeOutput> outputs = e.drafter->propose(batch, /*want_taps=*/true);
+    std::vector<ProposeOutput> outputs = e.drafter->propose(batch, requests[0].want_taps != 0);
     for (size_t i = 0; i < count; ++i) {
       auto it = std::find_if(outputs.begin(), outputs.end(), [&](const ProposeOutput& o) { return o.seq == requests[i].seq; });
       if (it == outputs.end()) throw internal_error("propose: no output for sequence " + std::to_string(requests[i].seq));
