@@ -98,7 +98,6 @@ class Replayer {
     bool fp8 = fixture.expect_precision == "fp8";
     for (const ReplayLane& lane : lanes_) {
       result_.proposers.push_back({lane.proposer->name(), precision_name(lane.precision), lane.proposer->describe()});
-      introspection_.push_back(lane.proposer->introspection());
       fp8 = fp8 || error_model(lane.precision).quantized_weights;  // fp8 or w8a8
     }
     // The fp8 and w8a8 envelopes are derived from the quantization error of these weights
@@ -165,7 +164,7 @@ class Replayer {
   void run_step(int step, const FixtureStep& fixture_step) {
     std::vector<std::optional<PoolSnapshot>> before;
     for (size_t i = 0; i < lanes_.size(); ++i) {
-      const Introspection& in = introspection_[i];
+      const Introspection in = lanes_[i].proposer->introspection();
       before.push_back(in.cache_view && in.slot_read ? snapshot_pools(*lanes_[i].proposer) : std::nullopt);
     }
     std::map<int, int64_t> anchor_of;
@@ -181,7 +180,7 @@ class Replayer {
     }
     for (size_t i = 0; i < lanes_.size(); ++i) {
       const ReplayLane& lane = lanes_[i];
-      const Introspection& in = introspection_[i];
+      const Introspection in = lane.proposer->introspection();
       std::vector<InvariantViolation> found;
       if (in.cache_view) found = check_all_invariants(*lane.proposer, next_position_);
       const auto add = [&](std::vector<InvariantViolation> more) {
@@ -482,7 +481,6 @@ class Replayer {
   std::set<int> added_;
   ContextRows ctx_rows_;                  // every context row fed, by (sequence, position)
   std::vector<TolerancePair> kv_pairs_;  // per lane: its recomputed K/V vs its stored K/V
-  std::vector<Introspection> introspection_;  // per lane: what its introspection serves
   AcceptanceTally acceptance_;
 };
 
