@@ -147,11 +147,13 @@ std::string acceptance_change(const PlantedMutation& m, const std::vector<Report
   return format_acceptance_change(working, broken, failed);
 }
 
-CatchResult judge(const PlantedMutation& m, const std::string& dir) {
+// `control`: the reports of the build with no mutation, for the acceptance change.
+CatchResult judge(const PlantedMutation& m, const std::string& dir, const std::vector<Report>& control) {
   std::vector<std::string> missing;
   const std::vector<Report> reports = read_reports(dir, m.id, &missing);
   CatchResult r;
   r.bug = {m.id, m.bug_class, parse_check(m.check), m.stage, std::string(m.fixture) + " (" + m.precision + ")"};
+  r.acceptance = acceptance_change(m, reports, control);
   bool found = false;
   for (const Report& report : reports) {
     if (report.precision != m.precision) continue;
@@ -190,16 +192,11 @@ int run(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   std::vector<std::string> missing;
-  std::vector<std::string> false_alarms = every_failure(read_reports(dir, "none", &missing));
+  const std::vector<Report> control = read_reports(dir, "none", &missing);
+  std::vector<std::string> false_alarms = every_failure(control);
   for (const std::string& path : missing) false_alarms.push_back("no report " + path);
   std::vector<CatchResult> results;
-  std::vector<std::string> no_control;
-  const std::vector<Report> control = read_reports(dir, "none", &no_control);
-  for (const PlantedMutation& m : mutation_registry()) {
-    results.push_back(judge(m, dir));
-    std::vector<std::string> unused;
-    results.back().acceptance = acceptance_change(m, read_reports(dir, m.id, &unused), control);
-  }
+  for (const PlantedMutation& m : mutation_registry()) results.push_back(judge(m, dir, control));
 
   std::string text = format_catch_table(results) + "\n" + catch_summary(results) + "; control (no mutation): " +
                      (false_alarms.empty() ? "no failure" : std::to_string(false_alarms.size()) + " FAILURES") + "\n";
