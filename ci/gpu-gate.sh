@@ -157,6 +157,8 @@ if ((mutations)); then
   "$testing_dir/tests/catch/mutation_catch_table" "$reports" --markdown "$out_dir/catch-table.md" >>"$summary" 2>&1 || status=1
   cat "$out_dir/catch-table.md" 2>/dev/null
   if ((status)); then for f in "$reports"/*.log; do echo "=== $(basename "$f")"; tail -n 20 "$f"; done >"$out_dir/mutation-logs.txt"; fi
+  # The reports travel back, so runs split by --mutation-ids can be judged together (mutation_catch_table DIR).
+  tar -cJf "$out_dir/mutation-reports.tar.xz" -C "$reports" .
   rm -rf "$reports"
   note "gpu-gate --mutations: $( ((status == 0)) && echo PASS || echo FAIL )"
   exit $status

@@ -65,7 +65,11 @@ RoundingBias measure_rounding_bias(const Tensor& expected, const Tensor& actual)
   bias.beyond_one_ulp = static_cast<double>(beyond) / n;
   bias.second_moment = sum_squares / n;
   const double variance = std::max(kRoundingBiasMinVariance, bias.second_moment);
-  bias.bound = std::max(kRoundingBiasFloorUlp, kRoundingBiasSigmas * std::sqrt(variance / n));
+  // The elements of a row share their upstream differences: the mean varies at least as much as the
+  // rows' means do over √rows (rows as the independent samples, a cluster-robust standard error).
+  const double row_error = bias.rows > 1 ? bias.row_mean_sd / std::sqrt(static_cast<double>(bias.rows)) : 0.0;
+  bias.bound = std::max({kRoundingBiasFloorUlp, kRoundingBiasSigmas * std::sqrt(variance / n),
+                         kRoundingBiasSigmas * row_error});
   return bias;
 }
 

@@ -5,7 +5,7 @@
 // instead moves half its elements one ulp toward zero: under every per-row bound, and a bias that
 // compounds over layers and long contexts. The measure: the mean, over every element, of the
 // signed error in units of the expected value's bf16 ulp, signed so that negative is toward zero;
-// the bound follows from the element count.
+// the bound follows from the element count and the spread of the rows' means.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,10 +25,11 @@ struct RoundingBias {
   int64_t elements = 0;      // measured: both finite, the expected value non-zero
   double mean_ulp = 0;       // mean of clamp((a − e)·sign(e) / ulp(e), −1, 1); negative: toward zero
   double second_moment = 0;  // mean of the squares of the same
-  double bound = 0;          // max(floor, sigmas·sqrt(max(1/12, second_moment) / elements)); +inf for none
-  // What tells a lean from upstream differences the elements of a row share (docs/tolerances.md §11,
-  // the open case); reported, not judged: the share of measured elements more than one ulp apart
-  // (outside the premise of single rounding flips), and the spread of the rows' own means.
+  // max(floor, sigmas·sqrt(max(1/12, second_moment) / elements), sigmas·row_mean_sd / sqrt(rows));
+  // +inf for none.
+  double bound = 0;
+  // The share of measured elements more than one ulp apart (differences carried from upstream, not
+  // single rounding flips); reported, not judged.
   double beyond_one_ulp = 0;
   int64_t rows = 0;          // rows with a measured element
   double row_mean_sd = 0;    // sample standard deviation of those rows' means (0 for one row)

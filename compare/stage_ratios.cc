@@ -1,6 +1,7 @@
 #include "compare/stage_ratios.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -24,6 +25,12 @@ std::vector<StageRatio> stage_ratios(const ReplayResult& result, int pair) {
         r.max_rel = tail;
         r.max_rel_bound = check.bound.max_rel;
       }
+      if (check.bias && std::isfinite(check.bias->bound) &&
+          (r.bias_bound == 0 || std::fabs(check.bias->mean_ulp) / check.bias->bound > std::fabs(r.bias_mean) / r.bias_bound)) {
+        r.bias_mean = check.bias->mean_ulp;
+        r.bias_bound = check.bias->bound;
+        r.bias_beyond = check.bias->beyond_one_ulp;
+      }
       ++r.checks;
     }
   }
@@ -36,10 +43,16 @@ std::string format_stage_ratios(const std::vector<StageRatio>& ratios, const std
   std::string text;
   char line[256];
   for (const StageRatio& r : ratios) {
-    std::snprintf(line, sizeof line, "%s%-12s relRMS %.3e / bound %.3e = %.3f   maxRel %.3e / bound %.3e = %.3f\n",
+    std::snprintf(line, sizeof line, "%s%-12s relRMS %.3e / bound %.3e = %.3f   maxRel %.3e / bound %.3e = %.3f",
                   prefix.c_str(), r.stage.c_str(), r.rel_rms, r.rel_rms_bound, r.rel_rms_ratio(), r.max_rel,
                   r.max_rel_bound, r.max_rel_ratio());
     text += line;
+    if (r.bias_bound > 0) {
+      std::snprintf(line, sizeof line, "   bias %+.4f / bound %.4f ulp (%.0f %% > 1 ulp)", r.bias_mean, r.bias_bound,
+                    100.0 * r.bias_beyond);
+      text += line;
+    }
+    text += "\n";
   }
   return text;
 }

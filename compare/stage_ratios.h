@@ -14,6 +14,8 @@ struct StageRatio {
   int checks = 0;
   double rel_rms = 0, rel_rms_bound = 0;  // the check with the largest rel-RMS / bound
   double max_rel = 0, max_rel_bound = 0;  // the check with the largest max-rel / bound
+  // Stages with the rounding-bias check: the check with the largest |mean| / bound (bias_bound 0: none).
+  double bias_mean = 0, bias_bound = 0, bias_beyond = 0;
   double rel_rms_ratio() const { return rel_rms / rel_rms_bound; }
   double max_rel_ratio() const { return max_rel / max_rel_bound; }
 };

@@ -299,8 +299,9 @@ const char* CudaDrafter::run_block_forward(int batch, int width) {
     enqueue_block_forward(batch, width, nullptr);
     return "eager";
   }
-  DFLASH_MUTATE(mutation_, kGraphKeyedByWidth, for (auto& [key, other] : graphs_) if (key.first == width && key.second != batch && other.exec) { DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
-  DFLASH_MUTATE(mutation_, kPaddedWidthGraph, for (auto& [key, other] : graphs_) if (key.second == batch && key.first > width && other.exec) { DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
+  // The stale-graph mutations replay another shape's graph; the path then reports that graph's plan.
+  DFLASH_MUTATE(mutation_, kGraphKeyedByWidth, for (auto& [key, other] : graphs_) if (key.first == width && key.second != batch && other.exec) { launch_plans_[{width, batch}] = launch_plans_[key]; DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
+  DFLASH_MUTATE(mutation_, kPaddedWidthGraph, for (auto& [key, other] : graphs_) if (key.second == batch && key.first > width && other.exec) { launch_plans_[{width, batch}] = launch_plans_[key]; DFLASH_CUDA_CHECK(cudaGraphLaunch(other.exec, stream_)); return "graph-replay"; });
   GraphEntry& entry = graphs_[{width, batch}];
   if (entry.exec == nullptr && entry.eager_runs < options_.warmup) {
     enqueue_block_forward(batch, width, nullptr);

@@ -110,6 +110,27 @@ TEST(RoundingBias, BoundFollowsTheElementCount) {
   EXPECT_DOUBLE_EQ(measure_rounding_bias(e, far).mean_ulp, 1.0 / 400);
 }
 
+TEST(RoundingBias, RowsThatDisagreeWidenTheBound) {
+  // Row 0 one ulp toward zero throughout, rows 1..3 exact: mean -1/4, second moment 1/4, row means
+  // {-1, 0, 0, 0} with sd 1/2. The element term 6·sqrt(0.25 / 400) = 0.15 would fail it; the rows
+  // are the independent samples, 6 · 0.5 / √4 = 1.5.
+  Tensor e = Tensor::zeros({4, 100});
+  for (float& v : e.values) v = 1.5f;
+  Tensor a = e;
+  for (int c = 0; c < 100; ++c) a.values[c] = 1.5f - std::ldexp(1.0f, -7);
+  const RoundingBias bias = measure_rounding_bias(e, a);
+  EXPECT_DOUBLE_EQ(bias.mean_ulp, -0.25);
+  EXPECT_DOUBLE_EQ(bias.row_mean_sd, 0.5);
+  EXPECT_DOUBLE_EQ(bias.bound, 1.5);
+  EXPECT_TRUE(bias.passed());
+  // Every row one ulp toward zero: the rows agree (sd 0), the element term decides and fails it.
+  for (float& v : a.values) v = 1.5f - std::ldexp(1.0f, -7);
+  const RoundingBias lean = measure_rounding_bias(e, a);
+  EXPECT_DOUBLE_EQ(lean.row_mean_sd, 0.0);
+  EXPECT_DOUBLE_EQ(lean.bound, 6.0 * std::sqrt(1.0 / 400));
+  EXPECT_FALSE(lean.passed());
+}
+
 TEST(RoundingBias, NearestAgainstNearestPassesTruncationFails) {
   for (uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
     const Tensor exact = random_values(16, 96, seed);
