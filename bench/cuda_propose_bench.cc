@@ -220,7 +220,7 @@ int main_impl(int argc, char** argv) {
   std::string precisions = "fp8,bf16";
   app.add_option("--markdown", markdown, "write the result table (markdown) to this file");
   app.add_option("--replays", replays, "timed graph replays per configuration (>= 100)")->check(CLI::Range(100, 100000));
-  app.add_option("--precisions", precisions, "comma-separated: fp8, bf16");
+  app.add_option("--precisions", precisions, "comma-separated: fp8, w8a8, bf16");
   std::vector<int> batches = {1, 8, 16, 32, 64};
   std::vector<int64_t> contexts = {1024};
   app.add_option("--batches", batches, "batch sizes (default 1 8 16 32 64)")->check(CLI::Range(1, 64));
@@ -252,7 +252,7 @@ int main_impl(int argc, char** argv) {
   const GemmPeak peak = measure_gemm_peak();
   const std::string e4m3_peak = peak.e4m3 > 0 ? std::to_string(static_cast<int>(peak.e4m3 / 1e12)) + " TFLOP/s"
                                               : "unavailable (" + peak.e4m3_unavailable + ")";
-  std::printf("cuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s (the compute floor's), e4m3 %s\n",
+  std::printf("cuBLASLt GEMM peak (m = n = k = %lld): bf16 %.0f TFLOP/s (the compute floor's), e4m3 %s (w8a8's)\n",
               static_cast<long long>(peak.size), peak.bf16 / 1e12, e4m3_peak.c_str());
   const DrafterGeometry g =
       geometry == "qwen3.8-27b-dflash2" ? qwen3_8_27b_dflash2_geometry() : real_geometry(geometry, "--geometry");
@@ -262,12 +262,14 @@ int main_impl(int argc, char** argv) {
   std::printf("random weights in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   std::vector<Row> rows;
-  for (const char* name : {"fp8", "bf16"}) {
+  for (const char* name : {"fp8", "w8a8", "bf16"}) {
     if (precisions.find(name) == std::string::npos) continue;
     Precision p;
     parse_precision(name, &p);
     std::printf("%s drafter:\n", name);
-    for (const Row& r : run(config, weights, g.block, p, bandwidth, peak.bf16, replays, profile_one, batches, contexts,
+    // W8A8's GEMMs run on the E4M3 tensor cores: their peak is its compute floor's.
+    const double peak_flops = p == Precision::kW8a8 && peak.e4m3 > 0 ? peak.e4m3 : peak.bf16;
+    for (const Row& r : run(config, weights, g.block, p, bandwidth, peak_flops, replays, profile_one, batches, contexts,
                             without)) {
       rows.push_back(r);
     }
@@ -307,7 +309,7 @@ int main_impl(int argc, char** argv) {
   table += "Measured " + std::string(date) + " on " + prop.name + " (" + std::to_string(prop.multiProcessorCount) +
            " SMs); device-to-device copy bandwidth " + std::to_string(static_cast<int>(bandwidth / 1e9)) +
            " GB/s (read + write); cuBLASLt GEMM peak (m = n = k = " + std::to_string(peak.size) + ") bf16 " +
-           std::to_string(static_cast<int>(peak.bf16 / 1e12)) + " TFLOP/s, the compute floor's, e4m3 " + e4m3_peak +
+           std::to_string(static_cast<int>(peak.bf16 / 1e12)) + " TFLOP/s, the compute floor's, e4m3 " + e4m3_peak + " (w8a8's)" +
            ". " + g.name + " geometry, random weights, block width " + std::to_string(g.block) +
            ", C = 0 new context rows, "
            "median of " + std::to_string(replays) + " graph replays" +

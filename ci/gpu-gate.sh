@@ -247,7 +247,7 @@ fault_replay() {
 # replays: every bundled fixture on the shipped path, graphs after --warmup 0 and 1.
 replays() {
   local precision warmup what
-  for precision in bf16 fp8; do
+  for precision in bf16 fp8 w8a8; do
     for warmup in 0 1; do
       what="dflash-harness replay --backend both --precision $precision --warmup $warmup"
       if "$release" replay "${fixtures[@]}" --backend both --precision "$precision" --warmup "$warmup" \

@@ -113,14 +113,9 @@ void check_backends_run_here(const std::vector<Backend>& backends, Precision pre
     }
   }
   if (!has_kind(backends, Backend::Kind::kCuda)) return;
-  if (precision == Precision::kW8a8) {
-    throw unsupported("--precision w8a8: the CUDA drafter's W8A8 kernels (E4M3 x E4M3 GEMMs with per-token "
-                      "activation scales) are not built yet; --backend cuda/both cannot run it: use --backend "
-                      "reference, or a plugin that computes w8a8");
-  }
-  if (precision != Precision::kBf16 && precision != Precision::kFp8) {
+  if (precision != Precision::kBf16 && precision != Precision::kFp8 && precision != Precision::kW8a8) {
     throw bad_input(std::string("--precision ") + precision_name(precision) +
-                    ": the CUDA drafter runs bf16 or fp8 (fp64 and fp32 are the reference's alone)");
+                    ": the CUDA drafter runs bf16, fp8 or w8a8 (fp64 and fp32 are the reference's alone)");
   }
 #if DFLASH_HAVE_CUDA
   std::string why;

@@ -18,11 +18,11 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
   HeadSettings s = settings.resolved(config);
   if (!options.precision.empty()) {
     if (!parse_precision(options.precision, &s.precision)) {
-      throw bad_input("CUDA options: precision '" + options.precision + "' (bf16 or fp8)");
+      throw bad_input("CUDA options: precision '" + options.precision + "' (bf16, fp8 or w8a8)");
     }
   }
-  if (s.precision != Precision::kBf16 && s.precision != Precision::kFp8) {
-    throw bad_input(std::string("head: the CUDA drafter computes in bf16 or fp8; precision ") +
+  if (s.precision != Precision::kBf16 && s.precision != Precision::kFp8 && s.precision != Precision::kW8a8) {
+    throw bad_input(std::string("head: the CUDA drafter computes in bf16, fp8 or w8a8; precision ") +
                     precision_name(s.precision) + " was asked");
   }
   if (s.tp_size != 1) {  // docs/spec/tensor-parallel.md: only the reference emulates TP = N so far
@@ -30,6 +30,28 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
                       ": the CUDA drafter runs TP = 1 only (its fake shards and NCCL path are not built)");
   }
   return s;
+}
+
+// W8A8 on the device quantizes bf16 weights per row and activations per token itself; a checkpoint's
+// own E4M3 codes or static input scales (docs/spec/fp8-checkpoints.md) would be silently replaced.
+void refuse_prequantized(const DrafterWeights& w) {
+  auto refuse = [](const std::string& tensor) {
+    throw unsupported("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint (" + tensor +
+                      "): the CUDA drafter quantizes bf16 weights and every token itself; replay it on the reference");
+  };
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    if (L.q_proj_fp8 || L.k_proj_fp8 || L.v_proj_fp8 || L.o_proj_fp8 || L.gate_proj_fp8 || L.up_proj_fp8 ||
+        L.down_proj_fp8) {
+      refuse(p + "* stored as E4M3");
+    }
+    if (L.q_input_scale || L.k_input_scale || L.v_input_scale || L.o_input_scale || L.gate_input_scale ||
+        L.up_input_scale || L.down_input_scale) {
+      refuse(p + "*.input_scale");
+    }
+  }
+  if (w.lm_head_input_scale) refuse("lm_head.input_scale");
 }
 
 void require_device(int device) {
@@ -101,10 +123,12 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
       host_weights_(std::move(weights)),
       options_(options),
       plan_(resolve_kernel_plan(options.kernels, config.head_dim)),
-      fp8_(settings_.precision == Precision::kFp8),
+      fp8_(settings_.precision == Precision::kFp8 || settings_.precision == Precision::kW8a8),
+      w8a8_(settings_.precision == Precision::kW8a8),
       max_width_(std::max(settings_.gamma, 2)),
       rope_(make_rope_table(config.rope, config.head_dim)) {
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
+  if (w8a8_) refuse_prequantized(*host_weights_);
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
   size_geometry();
@@ -325,6 +349,13 @@ void CudaDrafter::allocate_buffers() {
   // Accumulator scratch of the fallback GEMMs (raw sums before the epilogue kernel), for the most
   // rows each GEMM runs: graph capture must allocate nothing.
   int64_t raw = kContextChunkRows * std::max(h, 2 * kv_dim);
+  if (w8a8_) {  // every E4M3 GEMM finishes in the epilogue kernel (gemm_w8a8)
+    raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
+    const int64_t act_rows = std::max(rows, kContextChunkRows);
+    ld_act_codes_ = std::max({ld_hidden_, ld_q_, ld_inter_});
+    act_codes_.allocate(n(act_rows * ld_act_codes_));
+    act_scales_.allocate(n(act_rows));
+  }
   if (plan_.block_gemm == GemmKernel::kCublasLt || plan_.block_gemm == GemmKernel::kSimple) {
     raw = std::max({raw, rows * std::max({qkv_n, h, 2 * inter}), draft_rows * vocab});
     if (config_.dflash2.enabled) {
@@ -426,6 +457,11 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                          "activations, mma.sync fp32 accumulation, weight_scale_2 once per output; M = the propose's "
                          "batch x (width - 1) draft rows)"
                        : "the block GEMM (kernel.gemm)");
+  d.emplace_back("activation_quantization",
+                 w8a8_ ? "per token (row) to E4M3 before every E4M3 GEMM (q/k/v/o/gate/up/down" +
+                             std::string(nvfp4 ? "" : " and the lm_head") +
+                             "): scale max(amax, 2^-9) / 448, quantize_activations_kernel; gemm_w8a8"
+                       : "none (bf16 activations)");
   d.emplace_back("logits_dtype", "f32");
   d.emplace_back("activations", "fp32 accumulation; bf16 storage of ctx_proj, cached/block K and V, q after RoPE, "
                                 "attn_norm, attention output, mlp_norm, silu(gate)*up, final_norm; fp32 residual "

@@ -137,7 +137,8 @@ class CudaDrafter final : public PagedProposer {
   std::shared_ptr<const DrafterWeights> host_weights_;
   CudaOptions options_;
   KernelPlan plan_;
-  bool fp8_ = true;
+  bool fp8_ = true;    // E4M3 projection weights (fp8 and w8a8)
+  bool w8a8_ = false;  // and E4M3 activations: every E4M3 GEMM's input rows quantized per token
   int max_width_ = 2;       // max(gamma, 2)
   int64_t max_window_ = 0;  // context positions a sequence can attend to
   int max_pages_per_seq_ = 0;
@@ -183,6 +184,11 @@ class CudaDrafter final : public PagedProposer {
   DeviceBuffer<uint16_t> d_ctx_, xc_;
   DeviceBuffer<int64_t> d_ctx_positions_, d_ctx_slots_;
   DeviceBuffer<float> xc_f32_, kv_out_;
+  // W8A8: the E4M3 codes [rows, ld_act_codes_] and row scales of the GEMM input being multiplied
+  // (one at a time, on one stream).
+  DeviceBuffer<uint8_t> act_codes_;
+  DeviceBuffer<float> act_scales_;
+  int64_t ld_act_codes_ = 0;
 
   std::map<StageKind, TapSource> tap_sources_;  // every stage the block forward taps
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)

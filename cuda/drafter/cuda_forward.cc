@@ -12,6 +12,7 @@
 #include "cuda/kernels/attention/attention.h"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/drafter/cuda_drafter_impl.h"
+#include "cuda/kernels/quant/fp8_quant.h"
 #include "cuda/kernels/elementwise/elementwise.h"
 #include "cuda/runtime/graph_capture.h"
 #include "cuda/kernels/nvfp4/gemm_nvfp4.h"
@@ -71,6 +72,12 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
                                const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
   GemmContext ctx = gemm_ctx_;
   ctx.pdl = pdl;
+  if (w8a8_ && w.format == WeightFormat::kE4M3) {  // docs/spec/drafter.md §6: the input rows per token
+    launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, 0.0f, act_codes_.get(), ld_act_codes_,
+                                     act_scales_.get(), pdl);
+    gemm_w8a8(kernel, ctx, act_codes_.get(), ld_act_codes_, m, w, act_scales_.get(), epilogue);
+    return;
+  }
   gemm(kernel, ctx, a, lda, m, w, epilogue);
 }
 
@@ -423,6 +430,10 @@ GemmEpilogue CudaDrafter::lm_head_epilogue() const {
 }
 
 std::string CudaDrafter::gemm_runs(GemmKernel kernel, int64_t m, const DeviceMatrixView& w) const {
+  if (w8a8_ && w.format == WeightFormat::kE4M3) {
+    return std::string(gemm_kernel_name(w8a8_gemm_kernel(gemm_ctx_, kernel, m, ld_act_codes_, w))) +
+           " w8a8, per-token E4M3 activations";
+  }
   const std::string head = std::string(gemm_kernel_name(kernel)) + (w.format == WeightFormat::kE4M3 ? " e4m3" : " bf16");
   switch (kernel) {
     case GemmKernel::kMma:

@@ -113,6 +113,7 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
 void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m,
           const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
   if (m < 1) throw internal_error("gemm: m must be >= 1");
+  if (epilogue.row_scale != nullptr) throw internal_error("gemm: a per-row activation scale is W8A8's (gemm_w8a8)");
   switch (kernel) {
     case GemmKernel::kMma:
       launch_gemm_mma(ctx, a, lda, m, w, epilogue);
@@ -128,6 +129,30 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
   float* raw = raw_scratch(kernel, ctx, m, w.n);
   launch_gemm_simple(ctx.stream, a, lda, m, w, raw);
   launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel, ctx.pdl);
+}
+
+GemmKernel w8a8_gemm_kernel(const GemmContext& ctx, GemmKernel requested, int64_t m, int64_t lda,
+                            const DeviceMatrixView& w) {
+  if (requested == GemmKernel::kSimple) return GemmKernel::kSimple;
+  return cublaslt_supports(ctx, m, w.n, w.k_pad, lda, w.k_pad, nullptr, CUDA_R_8F_E4M3) ? GemmKernel::kCublasLt
+                                                                                        : GemmKernel::kSimple;
+}
+
+void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m,
+               const DeviceMatrixView& w, const float* row_scale, const GemmEpilogue& epilogue) {
+  if (m < 1) throw internal_error("gemm_w8a8: m must be >= 1");
+  if (w.format != WeightFormat::kE4M3 || row_scale == nullptr) {
+    throw internal_error("gemm_w8a8: needs E4M3 weights and the activations' row scales");
+  }
+  float* raw = raw_scratch(GemmKernel::kSimple, ctx, m, w.n);
+  if (w8a8_gemm_kernel(ctx, requested, m, lda, w) == GemmKernel::kCublasLt) {
+    cublaslt_matmul_e4m3(ctx, a, lda, m, w, raw, w.n);
+  } else {
+    launch_gemm_simple_e4m3_activations(ctx.stream, a, lda, m, w, raw);
+  }
+  GemmEpilogue finish = epilogue;
+  finish.row_scale = row_scale;
+  launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, finish, ctx.epilogue_kernel, ctx.pdl);
 }
 
 }  // namespace dflash

@@ -45,8 +45,10 @@ struct DeviceMatrixView {
   DeviceMatrixView rows(int64_t first, int64_t count) const;
 };
 
-// What happens to each finished value v = acc · scale[col] + bias[col] (fp32, in that order).
+// What happens to each finished value v = acc · scale[col] + bias[col] (fp32, in that order; W8A8:
+// v = row_scale[row] · (acc · scale[col]) + bias[col]).
 struct GemmEpilogue {
+  const float* row_scale = nullptr;  // [m] per-row activation scale (W8A8, gemm_w8a8 only)
   float* out = nullptr;  // [m, ld_out]: out = v
   int64_t ld_out = 0;
   float* residual = nullptr;  // [m, ld_residual]: residual = residual + v
@@ -120,7 +122,18 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
 
 // cuBLASLt can serve this shape (an algorithm exists); used to resolve choices at construction.
 bool cublaslt_supports(const GemmContext& ctx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
-                       std::string* why);
+                       std::string* why, cudaDataType_t input = CUDA_R_16BF);
+
+// W8A8 (docs/spec/drafter.md §6): C = row_scale[m] · (A8·W8ᵀ · scale[n]) (+ bias) with the epilogue,
+// where A8 is E4M3 codes [m, lda] (zeros past w.k, launch_quantize_activations_e4m3) and
+// row_scale their per-row scales. Each product of two E4M3 values is exact in fp32; the sums are the
+// only roundings. Kernels: kSimple (one thread per output, k order) or kCublasLt (E4M3 tensor cores,
+// per-tensor scales of 1, over k_pad); any other request runs the library where it serves the shape
+// (w8a8_gemm_kernel), the plain kernel elsewhere. The epilogue kernel finishes both.
+GemmKernel w8a8_gemm_kernel(const GemmContext& ctx, GemmKernel requested, int64_t m, int64_t lda,
+                            const DeviceMatrixView& w);
+void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m,
+               const DeviceMatrixView& w, const float* row_scale, const GemmEpilogue& epilogue);
 
 // Sets the mma kernels' shared-memory limits once, outside any graph capture.
 void prepare_gemm_kernels();
@@ -132,6 +145,9 @@ void launch_gemm_mma(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
 // raw[m, n] = Σ_k a·w (unscaled, no bias), one thread per output.
 void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                         float* raw);
+// raw[m, n] = Σ_k a·w over E4M3 activation codes and E4M3 weights, one thread per output.
+void launch_gemm_simple_e4m3_activations(cudaStream_t stream, const uint8_t* a, int64_t lda, int64_t m,
+                                         const DeviceMatrixView& w, float* raw);
 // Applies scale, bias and the epilogue to raw[m, n] (leading dimension ld_raw >= n). kVector runs
 // the warp form where n, a leading dimension or a pointer is not aligned to four floats. pdl: with
 // programmatic dependent launch (cuda/runtime/launch.cuh).

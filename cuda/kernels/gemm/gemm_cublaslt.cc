@@ -77,12 +77,12 @@ cublasLtMatmulAlgo_t pick_or_throw(const GemmContext& ctx, LtDescriptors& d, int
 }  // namespace
 
 bool cublaslt_supports(const GemmContext& ctx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
-                       std::string* why) {
+                       std::string* why, cudaDataType_t input) {
   if (ctx.lt == nullptr) {
     if (why) *why = "no cuBLASLt handle";
     return false;
   }
-  LtDescriptors d(m, n, k, lda, ldw, n);
+  LtDescriptors d(m, n, k, lda, ldw, n, input);
   cublasLtMatmulAlgo_t algo;
   if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
     if (why) *why = "cuBLASLt has no algorithm for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
@@ -124,7 +124,8 @@ bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda,
 void cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                           float* raw, int64_t ld_raw) {
   if (w.format != WeightFormat::kE4M3) throw internal_error("cublaslt_matmul_e4m3: the weight is not E4M3");
-  LtDescriptors d(m, w.n, w.k, lda, w.k_pad, ld_raw, CUDA_R_8F_E4M3);
+  // Over k_pad: both operands are zero past k, and a multiple of 64 meets E4M3's alignment rules.
+  LtDescriptors d(m, w.n, w.k_pad, lda, w.k_pad, ld_raw, CUDA_R_8F_E4M3);
   cublasLtMatmulAlgo_t algo;
   if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
     throw unsupported("cuBLASLt has no E4M3 x E4M3 algorithm for m " + std::to_string(m) + ", n " +

@@ -57,7 +57,7 @@ __device__ __forceinline__ float silu(float g) { return __fdiv_rn(g, __fadd_rn(1
 // hide their latency (the mma deep kernel: the weights' scale and bias before the PDL wait, the
 // residual right after it); the arithmetic is the same whenever they were loaded.
 struct EpilogueInputs {
-  float scale = 1.0f, bias = 0.0f, residual = 0.0f;
+  float scale = 1.0f, bias = 0.0f, residual = 0.0f, row_scale = 1.0f;
 };
 
 // The weights' part (scale, bias): no kernel of a forward writes it.
@@ -68,20 +68,23 @@ __device__ __forceinline__ void load_epilogue_constants(const EpilogueArgs& e, i
     if (e.bias != nullptr) in.bias = e.bias[col];
   }
 }
-// The residual: written by earlier kernels, so read after the PDL wait; only this element's own
-// epilogue writes it.
+// The residual and W8A8's activation scale: written by earlier kernels, so read after the PDL wait;
+// only this element's own epilogue writes the residual.
 __device__ __forceinline__ void load_epilogue_residual(const EpilogueArgs& e, int64_t row, int64_t col,
                                                        EpilogueInputs& in) {
   if (row < e.m && col < e.n && e.ep.residual != nullptr) {
     in.residual = e.ep.residual[row * e.ep.ld_residual + col];
   }
+  if (row < e.m && e.ep.row_scale != nullptr) in.row_scale = e.ep.row_scale[row];
 }
 
-// The finished value of one element: v = acc · scale + bias, fp32, in that order. Every epilogue
-// form calls this and the two below, so each element gets the same operations in every kernel.
+// The finished value of one element: v = acc · scale (· row_scale, W8A8: vLLM's scaled-mm order) +
+// bias, fp32, in that order. Every epilogue form calls this and the two below, so each element gets
+// the same operations in every kernel.
 __device__ __forceinline__ float epilogue_value(const EpilogueArgs& e, float acc, const EpilogueInputs& in) {
   float v = acc;
   if (e.scale != nullptr) v = __fmul_rn(v, in.scale);
+  if (e.ep.row_scale != nullptr) v = __fmul_rn(in.row_scale, v);
   if (e.bias != nullptr) v = __fadd_rn(v, in.bias);
   return v;
 }

@@ -44,6 +44,20 @@ __global__ void gemm_simple_kernel(const uint16_t* a, int64_t lda, int64_t m, co
   raw[row * n + col] = sum;
 }
 
+// W8A8: one thread per output, raw[row, col] = Σ_k a[row, k]·w[col, k] over E4M3 codes of both, in
+// k order, fp32 (each product is exact).
+__global__ void gemm_simple_e4m3_activations_kernel(const uint8_t* a, int64_t lda, int64_t m, const uint8_t* w,
+                                                    int64_t ldw, int64_t n, int64_t k, float* raw) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = blockIdx.y;
+  if (col >= n || row >= m) return;
+  const uint8_t* arow = a + row * lda;
+  const uint8_t* wrow = w + col * ldw;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k; ++i) sum = __fadd_rn(sum, __fmul_rn(e4m3_to_float_device(arow[i]), e4m3_to_float_device(wrow[i])));
+  raw[row * n + col] = sum;
+}
+
 constexpr int kEpilogueWarps = 4;
 // 32-column blocks per warp: their loads are issued together (the libraries' products reach this
 // kernel at hundreds of MB per propose at batch 32; one block per warp left it launch-bound).
@@ -118,6 +132,7 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
   float4 acc[kSegments], scale[kAccOnly ? 1 : kSegments], bias[kAccOnly ? 1 : kSegments],
       residual[kAccOnly ? 1 : kSegments];
+  const float row_scale = !kAccOnly && e.ep.row_scale != nullptr ? e.ep.row_scale[row] : 1.0f;
 #pragma unroll
   for (int s = 0; s < kSegments; ++s) {
     const int64_t col = (first_segment + s) * kVectorColumns + 4 * lane;
@@ -153,6 +168,7 @@ __global__ void __launch_bounds__(kVectorWarps * 32) gemm_epilogue_vector_kernel
       EpilogueInputs in;
       in.scale = sc[j];
       in.bias = bi[j];
+      if constexpr (!kAccOnly) in.row_scale = row_scale;
       v[j] = epilogue_value(e, a[j], in);  // with kAccOnly, e has no scale or bias: v = acc
       vals[s][j] = valid ? v[j] : -INFINITY;
     }
@@ -274,12 +290,23 @@ void launch_gemm_simple(cudaStream_t stream, const uint16_t* a, int64_t lda, int
   DFLASH_CUDA_CHECK_LAUNCH("gemm_simple_kernel");
 }
 
+void launch_gemm_simple_e4m3_activations(cudaStream_t stream, const uint8_t* a, int64_t lda, int64_t m,
+                                         const DeviceMatrixView& w, float* raw) {
+  if (w.format != WeightFormat::kE4M3) throw internal_error("gemm w8a8: the weight is not E4M3");
+  const dim3 block(128);
+  const dim3 grid(static_cast<unsigned>((w.n + 127) / 128), static_cast<unsigned>(m));
+  gemm_simple_e4m3_activations_kernel<<<grid, block, 0, stream>>>(a, lda, m, static_cast<const uint8_t*>(w.data),
+                                                                   w.k_pad, w.n, w.k, raw);
+  DFLASH_CUDA_CHECK_LAUNCH("gemm_simple_e4m3_activations_kernel");
+}
+
 void launch_gemm_epilogue(cudaStream_t stream, const float* raw, int64_t ld_raw, int64_t m, const DeviceMatrixView& w,
                           const GemmEpilogue& epilogue, EpilogueKernel kernel, bool pdl) {
   if (ld_raw < w.n) throw internal_error("gemm epilogue: ld_raw below n");
   const EpilogueArgs args = make_epilogue_args(w, m, epilogue);
   if (kernel == EpilogueKernel::kVector && vector_epilogue_fits(raw, ld_raw, args)) {
-    const bool acc_only = args.scale == nullptr && args.bias == nullptr && epilogue.residual == nullptr;
+    const bool acc_only = args.scale == nullptr && args.bias == nullptr && epilogue.residual == nullptr &&
+                          epilogue.row_scale == nullptr;
     const int64_t per_cta = kVectorWarps * (acc_only ? kVectorSegmentsAccOnly : kVectorSegments) * kVectorColumns;
     const dim3 grid(static_cast<unsigned>((w.n + per_cta - 1) / per_cta), static_cast<unsigned>(m));
     launch_kernel(DFLASH_KERNEL_SITE("gemm_epilogue_vector_kernel"),

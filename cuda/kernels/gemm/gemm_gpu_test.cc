@@ -277,6 +277,68 @@ TEST_F(GemmTest, EveryKernelAtEveryBlockRowCountMatchesCpuAndIsBatchInvariant) {
   }
 }
 
+// W8A8 (gemm_w8a8): the activations quantized per token on the device, then E4M3 x E4M3 through the
+// plain kernel and cuBLASLt, against the CPU in double over the host's codes (core/fp8.h, which
+// fp8_quant_gpu_test.cc shows the device matches bit for bit): C = r·(s·Σ a8·w8) + b. Each product
+// of two E4M3 values is exact in fp32, so the bound above holds with one more multiply:
+// (K + 11)·2^-23·(r·s·Σ|a8·w8| + |b|). Negative control: the activation scale left out (the
+// unscaled-activation bug) is far outside it.
+TEST_F(GemmTest, W8a8KernelsMatchCpuOverTheQuantizedActivations) {
+  const Shape shapes[] = {{200, 4096, false}, {96, 48, true}, {520, 12288, false}};
+  for (const Shape& s : shapes) {
+    const Problem p = make_problem(s.n, s.k, WeightFormat::kE4M3, s.bias, 31 + s.k, stream_);
+    const int64_t rows = 200, k_pad = pad_k(s.k);
+    const Tensor a = random_activations(rows, s.k, 17 + s.n);
+    const DeviceBuffer<uint16_t> da = upload_activations(a, k_pad);
+    DeviceBuffer<uint8_t> codes(static_cast<size_t>(rows * k_pad));
+    DeviceBuffer<float> row_scales(static_cast<size_t>(rows));
+    launch_quantize_activations_e4m3(stream_, da.get(), k_pad, rows, s.k, k_pad, 0.0f, codes.get(), k_pad,
+                                     row_scales.get(), false);
+    Reference ref, unscaled;
+    for (Reference* r : {&ref, &unscaled}) r->value.resize(static_cast<size_t>(rows * s.n)), r->bound.resize(r->value.size());
+    std::vector<uint8_t> a8(static_cast<size_t>(s.k));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float r = activation_scale_e4m3(a.row(i), s.k);
+      quantize_activation_e4m3(a.row(i), s.k, r, a8.data());
+      for (int64_t n = 0; n < s.n; ++n) {
+        double sum = 0, mag = 0;
+        for (int64_t k = 0; k < s.k; ++k) {
+          const double prod = e4m3_to_float(a8[static_cast<size_t>(k)]) * weight_at(p, n, k);
+          sum += prod;
+          mag += std::fabs(prod);
+        }
+        const double sc = scale_at(p, n), b = p.bias.empty() ? 0.0 : p.bias[static_cast<size_t>(n)];
+        const size_t at = static_cast<size_t>(i * s.n + n);
+        ref.value[at] = r * (sc * sum) + b;
+        ref.bound[at] = static_cast<double>(s.k + 11) * 0x1p-23 * (r * sc * mag + std::fabs(b));
+        unscaled.value[at] = sc * sum + b;
+      }
+    }
+    for (GemmKernel requested : {GemmKernel::kSimple, GemmKernel::kMma}) {
+      double worst = 0;
+      std::string ran;
+      for (int64_t m : {1, 7, 16, 64, 65, 200}) {
+        const GemmKernel kernel = w8a8_gemm_kernel(ctx_, requested, m, k_pad, p.device.view());
+        if (ran.find(gemm_kernel_name(kernel)) == std::string::npos) ran += std::string(ran.empty() ? "" : "+") + gemm_kernel_name(kernel);
+        DeviceBuffer<float> out(static_cast<size_t>(m * s.n));
+        std::vector<float> poison(out.size(), NAN);
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(out.get(), poison.data(), out.bytes(), cudaMemcpyHostToDevice));
+        GemmEpilogue ep;
+        ep.out = out.get();
+        ep.ld_out = s.n;
+        gemm_w8a8(requested, ctx_, codes.get(), k_pad, m, p.device.view(), row_scales.get(), ep);
+        ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+        const std::vector<float> c = gpu_test::to_host(out);
+        worst = std::max(worst, worst_ratio(c, ref, m, s.n));
+        ASSERT_GT(worst_ratio(std::vector<float>(unscaled.value.begin(), unscaled.value.begin() + m * s.n), ref, m, s.n), 1.0);
+      }
+      const std::string what = "w8a8 " + ran + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+      EXPECT_LE(worst, 1.0) << what << ": error / bound";
+      std::printf("[gemm] %-36s m=1..200: max error/bound %.3g\n", what.c_str(), worst);
+    }
+  }
+}
+
 TEST_F(GemmTest, ContextChunkSizesMatchCpu) {
   // m as context ingestion uses it: chunks up to 256 rows (cuBLASLt above 64 rows by default).
   const Problem p8 = make_problem(160, 640, WeightFormat::kE4M3, true, 5, stream_);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/device_buffer.h"
+#include "cuda/runtime/launch.cuh"
 
 namespace dflash {
 namespace {
@@ -64,6 +65,40 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* weights, int64_t k_pad
   }
 }
 
+// W8A8's per-token quantization (docs/spec/drafter.md §6), one CTA per row, with core/fp8.cc's
+// fp32 operations: scale = max(amax, 2^-9) / 448 (fmax ignores NaN, as the host's), or the static
+// scale where static_scale > 0; codes of a·(1/scale), zeros past k.
+__global__ void quantize_activations_kernel(const __nv_bfloat16* a, int64_t lda, int64_t k, int64_t k_pad,
+                                            float static_scale, uint8_t* codes, int64_t ld_codes, float* scales) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = a + row * lda;
+  __shared__ float warp_max[kThreads / 32];
+  __shared__ float row_scale;
+  if (static_scale > 0.0f) {
+    if (threadIdx.x == 0) row_scale = static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += kThreads) amax = fmaxf(amax, fabsf(__bfloat162float(x[i])));
+    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = warp_max[0];
+      for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_max[i]);
+      row_scale = __fdiv_rn(fmaxf(m, kActivationAmaxFloor), kE4M3Max);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) scales[row] = row_scale;
+  const float inv_scale = __fdiv_rn(1.0f, row_scale);
+  for (int64_t i = threadIdx.x; i < k_pad; i += kThreads) {
+    codes[row * ld_codes + i] =
+        i < k ? float_to_e4m3_satfinite_device(__fmul_rn(__bfloat162float(x[i]), inv_scale)) : uint8_t{0};
+  }
+}
+
 __device__ float e4m3_value(uint8_t code) {
   const float sign = (code & 0x80) ? -1.0f : 1.0f;
   const int biased = (code >> 3) & 0xf;
@@ -86,6 +121,39 @@ void launch_quantize_rows_e4m3(cudaStream_t stream, const uint16_t* weights, int
   quantize_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(weights), k_pad, codes, scales);
   DFLASH_CUDA_CHECK_LAUNCH("quantize_rows_kernel");
+}
+
+void launch_quantize_activations_e4m3(cudaStream_t stream, const uint16_t* a, int64_t lda, int64_t rows, int64_t k,
+                                      int64_t k_pad, float static_scale, uint8_t* codes, int64_t ld_codes,
+                                      float* scales, bool pdl) {
+  if (rows < 1) return;
+  if (k > k_pad || k_pad > ld_codes || k > lda || !(static_scale == 0.0f || (std::isfinite(static_scale) && static_scale > 0.0f))) {
+    throw internal_error("quantize_activations_e4m3: k " + std::to_string(k) + ", k_pad " + std::to_string(k_pad) +
+                         ", lda " + std::to_string(lda) + ", ld_codes " + std::to_string(ld_codes) + ", static scale " +
+                         std::to_string(static_scale));
+  }
+  launch_kernel(DFLASH_KERNEL_SITE("quantize_activations_kernel"), quantize_activations_kernel,
+                dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, pdl,
+                reinterpret_cast<const __nv_bfloat16*>(a), lda, k, k_pad, static_scale, codes, ld_codes, scales);
+}
+
+ActivationCodes quantize_activations_e4m3_on_device(const Tensor& rows, float static_scale) {
+  const int64_t m = rows.rows(), k = rows.cols(), k_pad = (k + 63) / 64 * 64;
+  std::vector<uint16_t> bits(static_cast<size_t>(m * k));
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16_bits(rows.values[i]);
+  DeviceBuffer<uint16_t> d_rows(bits.size());
+  DeviceBuffer<uint8_t> d_codes(static_cast<size_t>(m * k_pad));
+  DeviceBuffer<float> d_scales(static_cast<size_t>(m));
+  DFLASH_CUDA_CHECK(cudaMemcpy(d_rows.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  launch_quantize_activations_e4m3(nullptr, d_rows.get(), k, m, k, k_pad, static_scale, d_codes.get(), k_pad,
+                                   d_scales.get(), false);
+  ActivationCodes out;
+  out.k_pad = k_pad;
+  out.codes.resize(static_cast<size_t>(m * k_pad));
+  out.scales.resize(static_cast<size_t>(m));
+  DFLASH_CUDA_CHECK(cudaMemcpy(out.codes.data(), d_codes.get(), out.codes.size(), cudaMemcpyDeviceToHost));
+  DFLASH_CUDA_CHECK(cudaMemcpy(out.scales.data(), d_scales.get(), out.scales.size() * 4, cudaMemcpyDeviceToHost));
+  return out;
 }
 
 void launch_decode_e4m3_to_bf16(cudaStream_t stream, const uint8_t* codes, int64_t count, uint16_t* out) {

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,46 @@ TEST(Fp8QuantGpu, RandomAndEdgeRowsMatchTheHostBitForBit) {
   w.row(11)[cols - 1] = -7.0f;
   for (float& v : w.values) ASSERT_EQ(round_to_bf16(v), v);
   expect_same_quantization(quantize_rows_e4m3_on_device(w), quantize_rows_e4m3(w), "edge rows");
+}
+
+// W8A8's per-token quantization: the same edge rows (plus a NaN, which amax ignores and which
+// quantizes to the NaN code), dynamic and with a static scale, against core/fp8.cc bit for bit,
+// with zeros past k. Negative control: a code off by one or a scale off by one ulp is seen.
+TEST(Fp8QuantGpu, ActivationRowsMatchTheHostBitForBit) {
+  DFLASH_REQUIRE_GPU();
+  const int64_t cols = 300;
+  Tensor x = Tensor::zeros({8, cols});
+  for (int64_t r = 0; r < 4; ++r) {
+    const float range = std::ldexp(1.0f, static_cast<int>(r * 9) - 14);  // 2^-14 .. 2^13
+    for (int64_t c = 0; c < cols; ++c) x.row(r)[c] = random_bf16(5, static_cast<uint64_t>(r), static_cast<uint64_t>(c), -range, range);
+  }
+  // row 4: zeros (amax floor 2^-9); row 5: tiny values under the floor; row 6: a NaN among values;
+  // row 7: huge values (the largest saturates at 448 after the fp32 product)
+  for (int64_t c = 0; c < cols; ++c) x.row(5)[c] = round_to_bf16(std::ldexp(static_cast<float>((c % 7) - 3), -14));
+  for (int64_t c = 0; c < cols; ++c) x.row(6)[c] = round_to_bf16(static_cast<float>(c % 11) - 5.0f);
+  x.row(6)[17] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t c = 0; c < cols; ++c) x.row(7)[c] = round_to_bf16(std::ldexp(static_cast<float>((c % 5) + 1), 100));
+  for (float static_scale : {0.0f, 0.0123f}) {
+    const ActivationCodes device = quantize_activations_e4m3_on_device(x, static_scale);
+    ASSERT_EQ(device.k_pad, 320);
+    int64_t compared = 0;
+    for (int64_t r = 0; r < x.rows(); ++r) {
+      const float scale = static_scale > 0 ? static_scale : activation_scale_e4m3(x.row(r), cols);
+      std::vector<uint8_t> host(static_cast<size_t>(cols));
+      quantize_activation_e4m3(x.row(r), cols, scale, host.data());
+      const std::string what = "row " + std::to_string(r) + (static_scale > 0 ? " (static scale)" : "");
+      ASSERT_EQ(gpu_test::float_bits(device.scales[static_cast<size_t>(r)]), gpu_test::float_bits(scale)) << what;
+      ASSERT_NE(gpu_test::float_bits(device.scales[static_cast<size_t>(r)]), gpu_test::float_bits(std::nextafter(scale, 1.0f)));
+      for (int64_t c = 0; c < device.k_pad; ++c) {
+        const uint8_t got = device.codes[static_cast<size_t>(r * device.k_pad + c)];
+        const uint8_t want = c < cols ? host[static_cast<size_t>(c)] : uint8_t{0};
+        ASSERT_EQ(got, want) << what << ", column " << c;
+        ASSERT_NE(got, static_cast<uint8_t>(want ^ 1)) << what;
+        ++compared;
+      }
+    }
+    EXPECT_EQ(compared, 8 * 320);
+  }
 }
 
 TEST(Fp8QuantGpu, TheDrafterHoldsTheHostQuantizationOfEveryProjection) {
