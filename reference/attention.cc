@@ -15,14 +15,14 @@ void attend_kv_group(const AttentionGeometry& g, int kv_head, int64_t row0, int6
                      const AlignedMatrix<T>& q, const AlignedMatrix<T>& k_block, const AlignedMatrix<T>& v_block,
                      const AlignedMatrix<T>& k_pool, const AlignedMatrix<T>& v_pool,
                      const std::vector<int64_t>& window_slots, int64_t window_left, AlignedMatrix<T>* out,
-                     bool causal_block) {
+                     bool causal_block, int kv_source) {
   using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   using StridedMap = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
   const int64_t d = g.head_dim;
   const int64_t ctx = static_cast<int64_t>(window_slots.size());
   const int64_t keys = ctx + block_width;
-  const int64_t column = static_cast<int64_t>(kv_head) * d;
+  const int64_t column = static_cast<int64_t>(kv_source < 0 ? kv_head : kv_source) * d;
 
   // This kv head's keys and values, gathered in position order: window, then block rows.
   AlignedMatrix<T> k(keys, d), v(keys, d);
@@ -61,10 +61,10 @@ void attend_kv_group(const AttentionGeometry& g, int kv_head, int64_t row0, int6
 template void attend_kv_group<float>(const AttentionGeometry&, int, int64_t, int64_t, const AlignedMatrix<float>&,
                                      const AlignedMatrix<float>&, const AlignedMatrix<float>&,
                                      const AlignedMatrix<float>&, const AlignedMatrix<float>&,
-                                     const std::vector<int64_t>&, int64_t, AlignedMatrix<float>*, bool);
+                                     const std::vector<int64_t>&, int64_t, AlignedMatrix<float>*, bool, int);
 template void attend_kv_group<double>(const AttentionGeometry&, int, int64_t, int64_t, const AlignedMatrix<double>&,
                                       const AlignedMatrix<double>&, const AlignedMatrix<double>&,
                                       const AlignedMatrix<double>&, const AlignedMatrix<double>&,
-                                      const std::vector<int64_t>&, int64_t, AlignedMatrix<double>*, bool);
+                                      const std::vector<int64_t>&, int64_t, AlignedMatrix<double>*, bool, int);
 
 }  // namespace dflash

@@ -22,12 +22,13 @@ struct AttentionGeometry {
 // `window_slots` and of the block rows of k_block / v_block; writes those query heads' columns of
 // the same rows of `out`. window_left = W - 1 for a sliding layer, -1 for a full one. Depends on
 // nothing but these inputs (not on other sequences or threads). causal_block (a planted fault,
-// Dflash2Fault::kCausalBlock): block row i sees block rows j <= i only.
+// Dflash2Fault::kCausalBlock): block row i sees block rows j <= i only. kv_source (a planted fault,
+// TpFault::kWrongShardKvHeads; -1: kv_head): the K/V head read instead of kv_head.
 template <typename T>
 void attend_kv_group(const AttentionGeometry& geometry, int kv_head, int64_t row0, int64_t block_width,
                      const AlignedMatrix<T>& q, const AlignedMatrix<T>& k_block, const AlignedMatrix<T>& v_block,
                      const AlignedMatrix<T>& k_pool, const AlignedMatrix<T>& v_pool,
                      const std::vector<int64_t>& window_slots, int64_t window_left, AlignedMatrix<T>* out,
-                     bool causal_block = false);
+                     bool causal_block = false, int kv_source = -1);
 
 }  // namespace dflash

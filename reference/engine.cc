@@ -211,9 +211,16 @@ class Engine final : public DrafterEngine {
           d2.enabled && d2.sliding[static_cast<size_t>(l)] ? static_cast<int64_t>(d2.sliding_window) - 1 : -1;
       pool_.run(steps.size() * kv_heads, [&](size_t task) {
         const size_t b = task / kv_heads;
-        attend_kv_group(geometry_, static_cast<int>(task % kv_heads), static_cast<int64_t>(b) * B, B, q, k, v, k_pool,
-                        v_pool, steps[b].window_slots, window_left, &attn,
-                        causal_block());
+        const int kv_head = static_cast<int>(task % kv_heads);
+        int kv_source = kv_head;
+#ifdef DFLASH_FAULT_POINTS
+        // The planted bug: rank r's KV heads [r·KV/N, (r+1)·KV/N) are rank r + 1's (mod N).
+        if (policy_.tp_fault == TpFault::kWrongShardKvHeads) {
+          kv_source = (kv_head + config_.num_kv_heads / policy_.tp_size) % config_.num_kv_heads;
+        }
+#endif
+        attend_kv_group(geometry_, kv_head, static_cast<int64_t>(b) * B, B, q, k, v, k_pool, v_pool,
+                        steps[b].window_slots, window_left, &attn, causal_block(), kv_source);
       });
       round_stage_to_bf16(policy_, &attn, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
@@ -350,8 +357,21 @@ class Engine final : public DrafterEngine {
     AlignedMatrix<T> hidden_proj(hf.rows(), d2.selector_rank);
     weights_.selector.hidden_projection.apply(hf, hf.rows(), &hidden_proj, pool_);
     const int64_t K = d2.selector_top_k;
+    const AlignedMatrix<T>* candidates = &logits;
+#ifdef DFLASH_FAULT_POINTS
+    // The planted bug: rank 0's top-K of its own V/N columns stands for the merged one (§5.3).
+    AlignedMatrix<T> shard0;
+    if (policy_.tp_fault == TpFault::kShardTopKUnmerged) {
+      shard0 = logits;
+      const int64_t V = logits.cols(), shard = V / policy_.tp_size;
+      for (int64_t row = 0; row < shard0.rows(); ++row) {
+        std::fill(shard0.row(row) + shard, shard0.row(row) + V, -std::numeric_limits<T>::infinity());
+      }
+      candidates = &shard0;
+    }
+#endif
     for (size_t b = 0; b < steps.size(); ++b) {
-      const SelectorResult<T> s = select_candidates(d2, weights_.selector, steps[b].anchor, logits, hidden_proj,
+      const SelectorResult<T> s = select_candidates(d2, weights_.selector, steps[b].anchor, *candidates, hidden_proj,
                                                     static_cast<int64_t>(b) * drafts, drafts);
       ProposeOutput& out = (*outputs)[b];
       out.draft_tokens = s.draft_tokens;

@@ -31,7 +31,7 @@ class ReferenceDrafter final : public PagedProposer {
         fp8_fault_(checked_fault(options.fp8_fault, settings_.precision)),
         dflash2_fault_(checked_dflash2_fault(options.dflash2_fault, config_)),
         rounding_fault_(checked_rounding_fault(options.rounding_fault, settings_.precision)),
-        tp_fault_(checked_tp_fault(options.tp_fault, settings_.tp_size)),
+        tp_fault_(checked_tp_fault(options.tp_fault, settings_.tp_size, config_)),
         fault_(options.fault),
 #endif
         engine_(make_drafter_engine(config_, *weights_, policy(),
@@ -357,10 +357,15 @@ class ReferenceDrafter final : public PagedProposer {
     return fault;
   }
 
-  static TpFault checked_tp_fault(TpFault fault, int tp_size) {
-    if (fault != TpFault::kNone && tp_size == 1) {
-      throw bad_input(std::string("reference drafter: the planted TP fault '") + tp_fault_name(fault) +
-                      "' needs tp_size > 1; refusing");
+  static TpFault checked_tp_fault(TpFault fault, int tp_size, const DrafterConfig& config) {
+    const std::string planted = std::string("reference drafter: the planted TP fault '") + tp_fault_name(fault) + "'";
+    if (fault != TpFault::kNone && tp_size == 1) throw bad_input(planted + " needs tp_size > 1; refusing");
+    if (fault == TpFault::kShardTopKUnmerged && !config.dflash2.enabled) {
+      throw bad_input(planted + " needs a DFlash2 drafter (its selector's top-K); refusing");
+    }
+    if (fault == TpFault::kWrongShardKvHeads && config.num_kv_heads % tp_size != 0) {
+      throw bad_input(planted + " needs tp_size " + std::to_string(tp_size) + " to divide num_key_value_heads " +
+                      std::to_string(config.num_kv_heads) + " (split KV heads); refusing");
     }
     return fault;
   }

@@ -138,6 +138,35 @@ TEST(TensorParallelReference, MissingAllReduceIsCaughtAtL0OProj) {
   }
   EXPECT_EQ(first, "L0.o_proj");
 }
+
+// The other planted TP bugs refuse geometries where they mean nothing, naming why (the catch suite
+// shows each caught at its stage on a fixture).
+TEST(TensorParallelReference, PlantedBugsRefuseWhatTheyCannotPlant) {
+  ReferenceOptions topk;
+  topk.tp_fault = TpFault::kShardTopKUnmerged;
+  try {
+    run(Precision::kFp32, 2, TpReduceDtype::kFp32, topk);  // not a DFlash2 drafter
+    ADD_FAILURE() << "shard-topk-unmerged planted without a selector";
+  } catch (const HarnessError& e) {
+    EXPECT_NE(std::string(e.what()).find("'shard-topk-unmerged' needs a DFlash2 drafter"), std::string::npos) << e.what();
+  }
+  ReferenceOptions heads;
+  heads.tp_fault = TpFault::kWrongShardKvHeads;
+  try {
+    run(Precision::kFp32, 4, TpReduceDtype::kFp32, heads);  // nkv 2 at N = 4: replicated, no other shard's heads
+    ADD_FAILURE() << "wrong-shard-kv-heads planted on replicated KV heads";
+  } catch (const HarnessError& e) {
+    EXPECT_NE(std::string(e.what()).find("tp_size 4 to divide num_key_value_heads 2"), std::string::npos) << e.what();
+  }
+  // Split at N = 2: q, k, v keep TP = 2's bits, L0.attn is the first tap that changes.
+  const std::vector<Tap> good = run(Precision::kFp32, 2);
+  const std::vector<Tap> bad = run(Precision::kFp32, 2, TpReduceDtype::kFp32, heads);
+  std::string first;
+  for (size_t i = 0; i < good.size() && first.empty(); ++i) {
+    if (!same_bits(bad[i].value, good[i].value)) first = good[i].name;
+  }
+  EXPECT_EQ(first, "L0.attn");
+}
 #endif
 
 }  // namespace

@@ -82,11 +82,22 @@ enum class TpFault {
   kMissingAllReduce,  // layer 0's o_proj keeps rank 0's partial: its all-reduce is missing
   kVocabOffset,       // the vocabulary-parallel argmax (§5.2) turns rank r > 0's local index into a global
                       // one with rank r - 1's offset: a shard's vocabulary offset off by one block
+  kShardTopKUnmerged,  // the DFlash2 top-K (§5.3) is rank 0's own top-K of its V/N columns: the
+                       // per-shard candidates never merged across ranks
+  kWrongShardKvHeads,  // rank r's query heads attend with rank r + 1's KV heads (mod N; §2, §6): KV heads
+                       // assigned to the wrong shard (needs N dividing num_key_value_heads)
 };
 
-// "missing-all-reduce", "vocab-offset"; "" for kNone.
+// "missing-all-reduce", "vocab-offset", "shard-topk-unmerged", "wrong-shard-kv-heads"; "" for kNone.
 inline const char* tp_fault_name(TpFault fault) {
-  return fault == TpFault::kMissingAllReduce ? "missing-all-reduce" : fault == TpFault::kVocabOffset ? "vocab-offset" : "";
+  switch (fault) {
+    case TpFault::kNone: return "";
+    case TpFault::kMissingAllReduce: return "missing-all-reduce";
+    case TpFault::kVocabOffset: return "vocab-offset";
+    case TpFault::kShardTopKUnmerged: return "shard-topk-unmerged";
+    case TpFault::kWrongShardKvHeads: return "wrong-shard-kv-heads";
+  }
+  return "";
 }
 
 inline const char* fp8_fault_name(Fp8Fault fault) {

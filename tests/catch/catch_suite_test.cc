@@ -179,6 +179,13 @@ std::vector<ReplayBug> replay_bugs() {
       // draft-argmax invariant of the same step); at step 1, the first row whose best is past V/2.
       {{"vocab-offset", "vocabulary offset off by one block (tp 2)", replay, "draft_tokens", "oracle/tiny-mha"},
        prop::planting(TpFault::kVocabOffset), {kLanePrecision, true, 2}},
+      // The logits are right; the selector's candidates are rank 0's (ids below V/2) where the row's
+      // top-K reaches past them: its first tap shows it.
+      {{"shard-topk-unmerged", "per-shard top-K never merged (tp 2)", replay, "selector.topk_ids", "oracle/d2-tiny"},
+       prop::planting(TpFault::kShardTopKUnmerged), {kLanePrecision, true, 2}},
+      // q, k and v are right (column-parallel, TP = 1's bits); attention reads the other shard's heads.
+      {{"wrong-shard-kv-heads", "KV heads on the wrong shard (tp 2)", replay, "L0.attn", "oracle/tiny-mha"},
+       prop::planting(TpFault::kWrongShardKvHeads), {kLanePrecision, true, 2}},
       // The stale-graph classes on a trace that interleaves widths, batches, releases and window
       // growth (blind-spots/serving-loop), as a CUDA drafter with graphs after one eager pass would
       // compute them: a graph of another batch, or of a wider block, serves a propose; a baked page
