@@ -27,7 +27,8 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
   }
   if (s.tp_size != 1) {  // docs/spec/tensor-parallel.md: only the reference emulates TP = N so far
     throw unsupported("head: tp_size " + std::to_string(s.tp_size) +
-                      ": the CUDA drafter runs TP = 1 only (its shards are not wired into the forward yet; cuda/tp/ holds the reduction and the NCCL group)");
+                      ": the CUDA drafter runs TP = 1 only (its shards are not wired into the forward yet; "
+                      "cuda/tp/ holds the reduction and the NCCL group)");
   }
   return s;
 }
