@@ -17,6 +17,8 @@
 #include "cuda/drafter/cuda_drafter.h"
 #include "cuda/drafter/kernel_plan.h"
 #include "cuda/drafter/levers.h"
+#include "fixtures/fixture.h"
+#include "testing/source_dir.h"
 
 namespace dflash {
 namespace {
@@ -438,6 +440,39 @@ TEST(CudaDevice, WithoutAUsableDeviceTheDrafterIsUnsupported) {
   settings.precision = Precision::kFp8;
   harness_error_message([&] { make_cuda_drafter(config, std::make_shared<DrafterWeights>(), settings, CudaOptions{}); },
                         ErrorKind::kUnsupported);
+}
+
+// W8A8 on the device quantizes bf16 weights per row and every token itself: a checkpoint's own E4M3
+// codes or static input scales are refused by name before any device is touched (so here too). The
+// same weights without them reach the device check instead (negative control).
+TEST(CudaDrafterW8a8, RefusesPreQuantizedCheckpointsBeforeAnyDevice) {
+  for (const char* name : {"ct-gqa", "modelopt-mha"}) {
+    SCOPED_TRACE(name);
+    Fixture f = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/fp8ckpt/" + name);
+    HeadSettings settings = f.head;
+    settings.precision = Precision::kW8a8;
+    auto weights = std::make_shared<DrafterWeights>(f.load_weights());
+    const std::string refused = harness_error_message(
+        [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
+    EXPECT_NE(refused.find("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint (layers.0."), std::string::npos)
+        << refused;
+    for (LayerWeights& L : weights->layers) {
+      for (auto* stored : {&L.q_proj_fp8, &L.k_proj_fp8, &L.v_proj_fp8, &L.o_proj_fp8, &L.gate_proj_fp8,
+                           &L.up_proj_fp8, &L.down_proj_fp8}) {
+        stored->reset();
+      }
+      for (auto* scale : {&L.q_input_scale, &L.k_input_scale, &L.v_input_scale, &L.o_input_scale,
+                          &L.gate_input_scale, &L.up_input_scale, &L.down_input_scale}) {
+        scale->reset();
+      }
+    }
+    weights->lm_head_input_scale.reset();
+    std::string why;
+    if (cuda_device_available(&why)) continue;  // it would build the drafter: that is the GPU tests' part
+    const std::string device = harness_error_message(
+        [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
+    EXPECT_EQ(device.find("pre-quantized"), std::string::npos) << device;
+  }
 }
 
 }  // namespace
