@@ -43,6 +43,7 @@ std::string describe_divergence(const Divergence& d) {
             format_number(d.expected, six) + ", actual " + format_number(d.actual, six) + "; " + d.criterion + " " +
             format_number(d.value, six) + " > bound " + format_number(d.bound, six);
   }
+  if (!d.ranks.empty()) text += "; " + d.ranks;
   if (!d.pair.empty()) text += " [" + d.pair + "]";
   return text;
 }

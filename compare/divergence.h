@@ -22,6 +22,9 @@ struct Divergence {
   std::string criterion;
   double value = 0, bound = 0;
   std::string detail;          // free text for shape faults, token rows, invariants
+  // At TP = N (compare/tp_attribution.h): the ranks whose column slice, or whose tokens, differ;
+  // empty otherwise.
+  std::string ranks;
 };
 
 // The first failing check of one (step, sequence) in forward order, or nothing when all pass.

@@ -10,6 +10,7 @@
 #include "compare/invariants.h"
 #include "compare/kv_invariants.h"
 #include "compare/selector_alignment.h"
+#include "compare/tp_attribution.h"
 #include "core/stages.h"
 #include "core/error.h"
 #include "core/kv_pages.h"
@@ -349,6 +350,7 @@ class Replayer {
         stage_paths(fixture_.config, seq_result.window, seq_result.block_width,
                     quantization_ ? &*quantization_ : nullptr);
     const int num_layers = fixture_.config.num_layers;
+    std::map<std::string, std::string> ranks;  // failing stage -> the ranks it lies on (TP = N)
 
     const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
       const int order = stage_order_index(stage, num_layers, fixture_.config.dflash2.enabled);
@@ -372,6 +374,7 @@ class Replayer {
         return;
       }
       seq_result.stages.push_back(check_stage(stage, order, want, *got, bound));
+      if (!seq_result.stages.back().passed) ranks[stage] = attribute_stage(stage, want, *got, bound, partition());
     };
     // DFlash2: the selector's taps in the expected side's candidate order where they differ by ties.
     std::optional<SelectorAlignment> selector;
@@ -396,6 +399,9 @@ class Replayer {
     std::stable_sort(seq_result.stages.begin(), seq_result.stages.end(),
                      [](const StageCheck& a, const StageCheck& b) { return a.order < b.order; });
     seq_result.divergence = first_divergence(seq_result.stages, num_layers);
+    if (seq_result.divergence && ranks.count(seq_result.divergence->stage)) {
+      seq_result.divergence->ranks = ranks[seq_result.divergence->stage];
+    }
 
     if (expected.draft_tokens != nullptr) compare_tokens(pair, expected, *actual, paths, &seq_result);
     if (!seq_result.divergence && seq_result.distances) {
@@ -467,9 +473,15 @@ class Replayer {
       d.detail = "row " + std::to_string(row.row) + ": expected token " + std::to_string(row.expected) +
                  ", actual token " + std::to_string(row.actual) + "; their logits sit " + std::to_string(row.gap) +
                  " below the row's top, more than the tie threshold " + std::to_string(row.threshold);
+      d.ranks = attribute_tokens(row.expected, row.actual, partition());
       seq_result->divergence = d;
       break;
     }
+  }
+
+  TpPartition partition() const {
+    const DrafterConfig& c = fixture_.config;
+    return {options_.tp_size, c.num_heads, c.num_kv_heads, c.head_dim, c.vocab_size, c.num_layers};
   }
 
   const Fixture& fixture_;

@@ -46,6 +46,8 @@ struct ReplayOptions {
   std::function<void(int, int)> on_step;
   // Temperatures of the distribution distances besides T = 1 (compare/distribution.h).
   std::vector<double> temperatures;
+  // The lanes' TP = N (docs/spec/tensor-parallel.md): a divergence then names its ranks (§7).
+  int tp_size = 1;
 };
 
 // One comparison (fixture vs lane, or lane vs lane).

@@ -67,7 +67,7 @@ json divergence_to_json(const Divergence& d) {
           {"stage", d.stage},       {"layer", d.layer},        {"row", d.row},
           {"col", d.col},           {"expected", number(d.expected)}, {"actual", number(d.actual)},
           {"criterion", d.criterion}, {"value", number(d.value)},  {"bound", number(d.bound)},
-          {"detail", d.detail},     {"text", describe_divergence(d)}};
+          {"detail", d.detail},     {"ranks", d.ranks},        {"text", describe_divergence(d)}};
 }
 
 // The worst check of each stage over all steps and sequences of one pair, in forward order: what

@@ -31,7 +31,9 @@ ReplayResult read_and_replay(const std::string& path, const ReplayRequest& reque
       result.drafter_fault = DrafterFaultRecord{-1, fault.proposer(), fault.event(), fault.during()};
       return result;
     }
-    return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, request.options);
+    ReplayOptions options = request.options;
+    options.tp_size = request.tp_size;  // a divergence names its ranks (docs/spec/tensor-parallel.md §7)
+    return replay_fixture(fixture, drafters.lanes, drafters.cross_checks, options);
   } catch (const HarnessError&) {
     throw;
   } catch (const std::bad_alloc&) {

@@ -61,10 +61,12 @@ ReplayResult replay_on(const Backend& backend, const std::string& fixture_dir, c
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
   std::unique_ptr<DraftProposer> proposer = backend.build(fixture.config, fixture.weights, head, p);
   ContextKvFunction recompute = backend.kv_oracle(fixture.config, fixture.weights, p, window);
-  if (!lanes.tight) return replay_fixture(fixture, {{proposer.get(), p, true, recompute}}, {});
+  ReplayOptions options;
+  options.tp_size = lanes.tp_size;  // a divergence names its ranks
+  if (!lanes.tight) return replay_fixture(fixture, {{proposer.get(), p, true, recompute}}, {}, options);
   std::unique_ptr<DraftProposer> working = prop::reference_backend().build(fixture.config, fixture.weights, head, p);
   return replay_fixture(fixture, {{working.get(), p, true, recompute}, {proposer.get(), p, false, recompute}},
-                        {{0, 1}});
+                        {{0, 1}}, options);
 }
 
 // The drafter under test: the only lane, or in a tight replay the candidate beside the working

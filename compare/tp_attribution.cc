@@ -1,0 +1,88 @@
+#include "compare/tp_attribution.h"
+
+#include <vector>
+
+#include "compare/stage_check.h"
+#include "core/stages.h"
+
+namespace dflash {
+namespace {
+
+// Columns [first, first + count) of every row.
+Tensor columns(const Tensor& t, int64_t first, int64_t count) {
+  Tensor out = Tensor::zeros({t.rows(), count});
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    for (int64_t c = 0; c < count; ++c) out.row(r)[c] = t.row(r)[first + c];
+  }
+  return out;
+}
+
+std::string range(int64_t first, int64_t count) {
+  return std::to_string(first) + ".." + std::to_string(first + count - 1);
+}
+
+// One owner of a column slice: "rank 2" or "ranks 4..5", and what its columns hold.
+struct Slice {
+  std::string owner, what;
+  int64_t first = 0, count = 0;
+};
+
+std::vector<Slice> slices_of(const std::string& stage, int64_t cols, const TpPartition& p) {
+  const int n = p.ranks;
+  // `unit` is singular; a slice of several takes an "s" ("query heads 4..5", "KV head 1").
+  auto per_rank = [&](int64_t units, int64_t width, const std::string& unit) {
+    std::vector<Slice> out;
+    if (units % n != 0 || units * width != cols) return out;
+    const int64_t each = units / n;
+    for (int r = 0; r < n; ++r) {
+      const std::string what = each == 1 ? unit + " " + std::to_string(r) : unit + "s " + range(r * each, each);
+      out.push_back({"rank " + std::to_string(r), what, r * each * width, each * width});
+    }
+    return out;
+  };
+  if (stage == "logits") return per_rank(p.vocab_size, 1, "token");
+  StageId id;
+  if (!parse_stage_name(stage, p.num_layers, &id, /*dflash2=*/true)) return {};
+  const int64_t d = p.head_dim;
+  if (id.kind == StageKind::kQ || id.kind == StageKind::kAttn) return per_rank(p.num_heads, d, "query head");
+  if (id.kind != StageKind::kK && id.kind != StageKind::kV) return {};
+  if (n <= p.num_kv_heads) return per_rank(p.num_kv_heads, d, "KV head");
+  // Replicated (§2): KV head κ on ranks κ·R .. κ·R + R − 1.
+  std::vector<Slice> out;
+  if (n % p.num_kv_heads != 0 || p.num_kv_heads * d != cols) return out;
+  const int replicas = n / p.num_kv_heads;
+  for (int k = 0; k < p.num_kv_heads; ++k) {
+    out.push_back({"ranks " + range(int64_t{k} * replicas, replicas), "KV head " + std::to_string(k), k * d, d});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
+                            const StageBound& bound, const TpPartition& partition) {
+  if (partition.ranks <= 1 || expected.shape != actual.shape || expected.shape.size() != 2) return "";
+  const std::vector<Slice> slices = slices_of(stage, expected.cols(), partition);
+  std::string failing;
+  const Slice* worst = nullptr;
+  double worst_ratio = -1;
+  for (const Slice& s : slices) {
+    const StageCheck check =
+        check_stage(stage, 0, columns(expected, s.first, s.count), columns(actual, s.first, s.count), bound);
+    const std::string text = s.owner + " (" + s.what + ", columns " + range(s.first, s.count) + ")";
+    if (!check.passed) failing += (failing.empty() ? "" : "; ") + text;
+    if (check.ratio > worst_ratio) worst_ratio = check.ratio, worst = &s;
+  }
+  if (!failing.empty() || worst == nullptr) return failing;
+  return worst->owner + " (" + worst->what + ", columns " + range(worst->first, worst->count) +
+         "; no slice alone over its bound, this one the nearest)";
+}
+
+std::string attribute_tokens(int64_t expected, int64_t actual, const TpPartition& partition) {
+  if (partition.ranks <= 1 || partition.vocab_size % partition.ranks != 0) return "";
+  const int64_t shard = partition.vocab_size / partition.ranks;
+  return "expected token " + std::to_string(expected) + " on rank " + std::to_string(expected / shard) +
+         ", actual token " + std::to_string(actual) + " on rank " + std::to_string(actual / shard);
+}
+
+}  // namespace dflash

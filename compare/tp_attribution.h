@@ -1,0 +1,31 @@
+// Where a divergence lies at TP = N (docs/spec/tensor-parallel.md §7): a failing column-parallel
+// stage's column slice per rank scored with the stage's own criteria (the per-element argument of
+// docs/tolerances.md §1 holds for any subset of a row), and the ranks that own two differing draft
+// tokens. Stages that are sums or replicas over the ranks name none.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "compare/tolerance.h"
+#include "core/tensor.h"
+
+namespace dflash {
+
+struct TpPartition {
+  int ranks = 1;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t vocab_size = 0;
+  int num_layers = 0;
+};
+
+// L{l}.q and L{l}.attn (query heads), L{l}.k and L{l}.v (KV heads: split, or replicated over
+// N / nkv ranks each) and logits (the vocabulary): every rank (or group of replicas) whose slice
+// breaks `bound`, else the one with the largest ratio, e.g. "rank 2 (query heads 16..23, columns
+// 2048..3071)". "" for any other stage, for ranks 1, or where the shape is not the partition's.
+std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
+                            const StageBound& bound, const TpPartition& partition);
+
+// "expected token 180 on rank 1, actual token 52 on rank 0"; "" for ranks 1.
+std::string attribute_tokens(int64_t expected, int64_t actual, const TpPartition& partition);
+
+}  // namespace dflash
