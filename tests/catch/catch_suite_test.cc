@@ -108,7 +108,8 @@ std::string acceptance_change(const std::optional<double>& working, const Replay
 
 // What the replay named first (compare/catch_table.h first_failure).
 CatchResult judge_replay(const PlantedBug& bug, const ReplayResult& result) {
-  CatchResult r{bug};
+  CatchResult r;
+  r.bug = bug;
   std::optional<ReplayFailure> divergence;
   if (result.first_divergence) {
     divergence = ReplayFailure{result.first_divergence->step, CatchCheck::kReplay, result.first_divergence->stage,
@@ -272,7 +273,8 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
       results.back().acceptance =
           acceptance_change(working_length[replay_name(b.bug.where, b.lanes)], broken, b.lanes);
     } catch (const HarnessError& e) {
-      CatchResult r{b.bug};
+      CatchResult r;
+      r.bug = b.bug;
       r.detail = std::string("replay stopped: ") + e.what();
       results.push_back(r);
     }
@@ -280,7 +282,8 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
   for (const prop::BrokenVariant& v : prop::generic_broken_variants()) {
     const std::vector<std::string> wanted = property_only_variants();
     if (std::find(wanted.begin(), wanted.end(), v.name) == wanted.end()) continue;
-    CatchResult r{{v.name, "property-only", CatchCheck::kProperty, v.expected_message, "property, seed 1"}};
+    CatchResult r;
+    r.bug = {v.name, "property-only", CatchCheck::kProperty, v.expected_message, "property, seed 1"};
     const Backend broken = v.breaker(working);
     std::string failure;
     if (prop::property_fails(v.cases, /*seed=*/1, [&] { v.property(working, broken); }, &failure)) {
@@ -297,7 +300,8 @@ TEST(CatchSuite, EveryPlantedBugCaughtAsDeclared) {
       {"PaddedWidthGraph", "scratch shared between two widths"},
       {"StaleAttentionPlan", "stale attention plan after a window change"}};
   for (const prop::BrokenVariant& v : prop::serving_loop_variants()) {
-    CatchResult r{{v.name, classes.at(v.name), CatchCheck::kProperty, v.expected_message, "property 11, seed 1"}};
+    CatchResult r;
+    r.bug = {v.name, classes.at(v.name), CatchCheck::kProperty, v.expected_message, "property 11, seed 1"};
     std::string failure;
     if (prop::property_fails(v.cases, /*seed=*/1, [&] { v.property(working, v.breaker(working)); }, &failure)) {
       r.caught = true, r.check = CatchCheck::kProperty;

@@ -69,7 +69,9 @@ TEST(KnownAcceptance, BothFixturesPassCleanInEveryPrecision) {
                               << (r.acceptance.failures.empty() ? "" : r.acceptance.failures[0].detail);
       ASSERT_TRUE(r.acceptance.pin.has_value());
       EXPECT_EQ(drafter_side(r).blocks, 48);
-      if (std::string(name) == "target-is-reference") EXPECT_DOUBLE_EQ(drafter_side(r).mean_length, 4.0);
+      if (std::string(name) == "target-is-reference") {
+        EXPECT_DOUBLE_EQ(drafter_side(r).mean_length, 4.0);
+      }
     }
   }
 }
@@ -114,7 +116,7 @@ std::string bytes_of(const std::string& path) {
 
 TEST(KnownAcceptance, TheGeneratorIsDeterministicAndRefusesBadOptions) {
   const std::filesystem::path tmp = std::filesystem::path(::testing::TempDir()) / "known-acceptance";
-  for (const std::string kind : known_acceptance_kinds()) {
+  for (const std::string& kind : known_acceptance_kinds()) {
     KnownAcceptanceOptions o;
     o.kind = kind;
     o.seed = 5;
