@@ -350,7 +350,13 @@ class Replayer {
         stage_paths(fixture_.config, seq_result.window, seq_result.block_width,
                     quantization_ ? &*quantization_ : nullptr);
     const int num_layers = fixture_.config.num_layers;
-    std::map<std::string, std::string> ranks;  // failing stage -> the ranks it lies on (TP = N)
+    // Each failing stage's two sides and bound: the first divergence's names its ranks at TP = N.
+    struct Failed {
+      const Tensor* want;
+      const Tensor* got;
+      StageBound bound;
+    };
+    std::map<std::string, Failed> failed;
 
     const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
       const int order = stage_order_index(stage, num_layers, fixture_.config.dflash2.enabled);
@@ -374,7 +380,7 @@ class Replayer {
         return;
       }
       seq_result.stages.push_back(check_stage(stage, order, want, *got, bound));
-      if (!seq_result.stages.back().passed) ranks[stage] = attribute_stage(stage, want, *got, bound, partition());
+      if (!seq_result.stages.back().passed) failed[stage] = {&want, got, bound};
     };
     // DFlash2: the selector's taps in the expected side's candidate order where they differ by ties.
     std::optional<SelectorAlignment> selector;
@@ -399,8 +405,9 @@ class Replayer {
     std::stable_sort(seq_result.stages.begin(), seq_result.stages.end(),
                      [](const StageCheck& a, const StageCheck& b) { return a.order < b.order; });
     seq_result.divergence = first_divergence(seq_result.stages, num_layers);
-    if (seq_result.divergence && ranks.count(seq_result.divergence->stage)) {
-      seq_result.divergence->ranks = ranks[seq_result.divergence->stage];
+    if (seq_result.divergence && failed.count(seq_result.divergence->stage)) {
+      const Failed& f = failed.at(seq_result.divergence->stage);
+      seq_result.divergence->ranks = attribute_stage(seq_result.divergence->stage, *f.want, *f.got, f.bound, partition());
     }
 
     if (expected.draft_tokens != nullptr) compare_tokens(pair, expected, *actual, paths, &seq_result);

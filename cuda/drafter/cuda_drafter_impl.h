@@ -139,6 +139,7 @@ class CudaDrafter final : public PagedProposer {
   KernelPlan plan_;
   bool fp8_ = true;    // E4M3 projection weights (fp8 and w8a8)
   bool w8a8_ = false;  // and E4M3 activations: every E4M3 GEMM's input rows quantized per token
+  bool quantizes_activations(const DeviceMatrixView& w) const { return w8a8_ && w.format == WeightFormat::kE4M3; }
   int max_width_ = 2;       // max(gamma, 2)
   int64_t max_window_ = 0;  // context positions a sequence can attend to
   int max_pages_per_seq_ = 0;

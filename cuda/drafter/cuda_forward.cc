@@ -72,7 +72,7 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
                                const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
   GemmContext ctx = gemm_ctx_;
   ctx.pdl = pdl;
-  if (w8a8_ && w.format == WeightFormat::kE4M3) {  // docs/spec/drafter.md §6: the input rows per token
+  if (quantizes_activations(w)) {  // docs/spec/drafter.md §6: the input rows per token
     launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, 0.0f, act_codes_.get(), ld_act_codes_,
                                      act_scales_.get(), pdl);
     gemm_w8a8(kernel, ctx, act_codes_.get(), ld_act_codes_, m, w, act_scales_.get(), epilogue);
@@ -430,7 +430,7 @@ GemmEpilogue CudaDrafter::lm_head_epilogue() const {
 }
 
 std::string CudaDrafter::gemm_runs(GemmKernel kernel, int64_t m, const DeviceMatrixView& w) const {
-  if (w8a8_ && w.format == WeightFormat::kE4M3) {
+  if (quantizes_activations(w)) {
     return std::string(gemm_kernel_name(w8a8_gemm_kernel(gemm_ctx_, kernel, m, ld_act_codes_, w))) +
            " w8a8, per-token E4M3 activations";
   }

@@ -145,9 +145,8 @@ void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, i
     throw internal_error("gemm_w8a8: needs E4M3 weights and the activations' row scales");
   }
   float* raw = raw_scratch(GemmKernel::kSimple, ctx, m, w.n);
-  if (w8a8_gemm_kernel(ctx, requested, m, lda, w) == GemmKernel::kCublasLt) {
-    cublaslt_matmul_e4m3(ctx, a, lda, m, w, raw, w.n);
-  } else {
+  // The library where it has an algorithm (one heuristic query, as w8a8_gemm_kernel's), else the plain kernel.
+  if (requested == GemmKernel::kSimple || !cublaslt_matmul_e4m3(ctx, a, lda, m, w, raw, w.n)) {
     launch_gemm_simple_e4m3_activations(ctx.stream, a, lda, m, w, raw);
   }
   GemmEpilogue finish = epilogue;

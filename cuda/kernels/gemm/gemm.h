@@ -161,10 +161,10 @@ void cublaslt_matmul(const GemmContext& ctx, const uint16_t* a, int64_t lda, int
 // splits k (its partial sums could meet C in another order).
 bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                          float* inout, int64_t ld);
-// raw[m, n] = A·Wᵀ through cuBLASLt with E4M3 activations too (W8A8, per-tensor scales of 1):
-// no mode of the drafter uses it; the benchmarks measure the E4M3 tensor-core peak with it.
-// kUnsupported when cuBLASLt has no algorithm for the shape.
-void cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+// raw[m, n] = A·Wᵀ through cuBLASLt with E4M3 activations too (per-tensor scales of 1, over k_pad):
+// W8A8's library path (gemm_w8a8) and the benchmarks' E4M3 tensor-core peak. Returns false, launching
+// nothing, when cuBLASLt has no algorithm for the shape (or there is no handle).
+bool cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                           float* raw, int64_t ld_raw);
 
 }  // namespace dflash
