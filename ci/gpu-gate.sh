@@ -16,6 +16,7 @@
 #      DFLASH_CUDA_FAULT: its replay with them set gives the same report;
 #   3. every bundled fixture replayed on the shipped path (`replay --backend both`, bf16 and fp8, graphs
 #      after --warmup 0 and 1; ci/graph_replays.py checks that repeated shapes were graph replays);
+#   3a. the CUDA drafter's fake shards at TP = 2 and 4 on every bundled fixture their geometry allows;
 #   3b. every bundled fixture through the CUDA drafter as a plugin (libdflash_cuda_plugin.so, isolated)
 #      and in process, bf16 and fp8: the same verdicts (ci/same_verdicts.py --verdicts);
 #   4. an injected allocation and launch failure in one replay of the testing build: exit 125 and 3,
@@ -24,7 +25,7 @@
 #   6. the propose benchmark and the GEMM benchmark of the release build (docs/benchmarks.md).
 # --mutations runs the catch suite instead: every planted bug of testing/fault_points.h replayed over
 # every bundled fixture folder in bf16 and fp8 (testing build), judged by mutation_catch_table.
-# --release-only needs and runs the release build alone: steps 2, 3, 3b and 6.
+# --release-only needs and runs the release build alone: steps 2, 3, 3a, 3b and 6.
 # --sanitize runs compute-sanitizer's four tools over a subset of the GPU tests and one replay.
 # Writes summary.txt and logs under --out (default $OUT, else gpu-gate-out/). Exit 0 when every step
 # passed, 1 otherwise. ci/gpu-remote.sh carries the built trees to a GPU machine without the toolchain.
@@ -134,15 +135,20 @@ gpu_ctest() {
 
 if ((mutations)); then
   reports=$(mktemp -d)
+  # Each registered id with the replay options it needs (--tp N), as `mutation_catch_table --list` prints them.
+  declare -A replay_options=([none]="")
+  while read -r listed_id listed_options; do replay_options[$listed_id]=$listed_options; done \
+    < <("$testing_dir/tests/catch/mutation_catch_table" --list)
   ids=(none)
   if [ -n "$mutation_ids" ]; then read -ra listed <<<"$mutation_ids"; ids+=("${listed[@]}"); else
-    mapfile -t -O 1 ids < <("$testing_dir/tests/catch/mutation_catch_table" --list); fi
+    mapfile -t -O 1 ids < <("$testing_dir/tests/catch/mutation_catch_table" --list | cut -d' ' -f1); fi
   for id in "${ids[@]}"; do
     start=$(date +%s)
     codes=""
+    read -ra options <<<"${replay_options[$id]:-}"
     for precision in bf16 fp8; do
       DFLASH_FAULT=$id timeout 300 "$testing" replay "${fixtures[@]}" --backend both --precision "$precision" \
-        --warmup 1 --json "$reports/$id.$precision.json" >"$reports/$id.$precision.log" 2>&1
+        --warmup 1 "${options[@]}" --json "$reports/$id.$precision.json" >"$reports/$id.$precision.log" 2>&1
       codes+=" $precision exit $?"
     done
     # A mutation that no replay failed runs the CUDA properties (whose first failure then names it).
@@ -265,6 +271,30 @@ replays() {
   done
 }
 
+# tp_replays: the CUDA drafter's fake shards at TP = 2 and 4 (docs/spec/tensor-parallel.md) on every
+# bundled fixture whose geometry the TP size divides (ci/tp_fixtures.py), bf16 and fp8 with graphs
+# after one eager pass, and a bf16 wire at TP = 2: against the reference emulating the same TP.
+tp_replays() {
+  local tp precision reduce what
+  for tp in 2 4; do
+    mapfile -t tp_fixtures < <(python3 ci/tp_fixtures.py "$tp" "${fixtures[@]}")
+    for precision in bf16 fp8; do
+      for reduce in fp32 bf16; do
+        [ "$reduce" = bf16 ] && [ "$tp" != 2 ] && continue
+        what="dflash-harness replay --backend both --precision $precision --tp $tp --tp-reduce $reduce (${#tp_fixtures[@]} fixtures)"
+        if "$release" replay "${tp_fixtures[@]}" --backend both --precision "$precision" --warmup 1 --tp "$tp" \
+             --tp-reduce "$reduce" >>"$out_dir/tp-replay.log" 2>&1; then
+          note "PASS $what"
+        else
+          note "FAIL $what (see tp-replay.log)"
+          status=1
+        fi
+        tail -n 1 "$out_dir/tp-replay.log" | sed 's/^/  /' >>"$summary"
+      done
+    done
+  done
+}
+
 # plugin_replays: every bundled fixture through the CUDA drafter as a plugin (isolated, in a child
 # process) and in the harness's process: the verdicts must be the same (docs/plugin.md).
 plugin_replays() {
@@ -310,6 +340,7 @@ if ((propose_only == 0)); then
   fi
   release_checks
   replays
+  tp_replays
   plugin_replays
   if ((release_only == 0)); then
     fault_replay alloc:1 125 cudaErrorMemoryAllocation

@@ -17,6 +17,7 @@ void set_device_mutation(Mutation mutation) {
   set_device_mutation_elementwise(mutation);
   set_device_mutation_gemm_mma(mutation);
   set_device_mutation_gemm_fallback(mutation);
+  set_device_mutation_vocab_parallel(mutation);
   set_kernel_mutation(mutation);
 }
 

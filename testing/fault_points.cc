@@ -102,6 +102,17 @@ const std::vector<PlantedMutation>& mutation_registry() {
        "attention's chunk count is taken from the longest window of the propose being enqueued: a graph replays "
        "the count of its capture's windows",
        "replay", "logits", "blind-spots/serving-loop", "bf16"},
+      // Tensor parallelism (docs/spec/tensor-parallel.md), the fake shards of one GPU, replayed with
+      // --tp: the reference's plants of the same names (testing/reference_faults.h TpFault), and an
+      // order that only the captured graph runs (the tapped pass is eager: taps-change-result).
+      {Mutation::kTpMissingAllReduce, "tp-missing-all-reduce", "missing all-reduce",
+       "layer 0's o_proj reduction keeps rank 0's partial alone", "replay", "L0.o_proj", "oracle/tiny-mha", "bf16", 2},
+      {Mutation::kTpVocabOffset, "tp-vocab-offset", "vocabulary offset off by one block",
+       "rank r > 0 sends its best token with rank r - 1's vocabulary offset", "replay", "draft_tokens",
+       "oracle/tiny-mha", "bf16", 2},
+      {Mutation::kTpGraphReductionOrder, "tp-graph-reduction-order", "reduction order of the graph differs from eager",
+       "under graph capture the row-parallel partials are summed from the last rank down", "invariant",
+       "taps-change-result", "oracle/tiny-mha", "bf16", 4},
   };
   return registry;
 }

@@ -48,6 +48,10 @@ enum class Mutation : int {
   kBakedPageTable,
   kPaddedWidthGraph,
   kStaleAttentionPlan,
+  // The CUDA drafter at TP = N (docs/spec/tensor-parallel.md), replayed with `--tp N`.
+  kTpMissingAllReduce,
+  kTpVocabOffset,
+  kTpGraphReductionOrder,
 };
 
 struct PlantedMutation {
@@ -59,6 +63,7 @@ struct PlantedMutation {
   const char* stage;        // the first stage (or invariant) the check must name
   const char* fixture;      // the bundled fixture, relative to fixtures/, that shows it
   const char* precision;    // the replay precision that shows it: "bf16" or "fp8"
+  int tp = 1;               // the replay's --tp
 };
 
 // Every planted mutation, in a fixed order (kNone is not listed).
@@ -87,6 +92,7 @@ void set_device_mutation_attention(Mutation mutation);
 void set_device_mutation_elementwise(Mutation mutation);
 void set_device_mutation_gemm_mma(Mutation mutation);
 void set_device_mutation_gemm_fallback(Mutation mutation);
+void set_device_mutation_vocab_parallel(Mutation mutation);
 // The mutation of the CUDA drafter constructed last (the process's DFLASH_FAULT), for the host hooks
 // of kernel launchers that have no drafter at hand (the library GEMMs): DFLASH_MUTATE(kernel_mutation(), ...).
 void set_kernel_mutation(Mutation mutation);

@@ -31,8 +31,9 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o) {
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   cmd->add_option("--tp", o->tp,
-                  "Tensor parallelism: the reference emulates TP = N (1, 2, 4 or 8) per docs/spec/tensor-parallel.md; "
-                  "a fixture whose geometry N does not divide is refused by name")
+                  "Tensor parallelism: the reference emulates TP = N (1, 2, 4 or 8) per docs/spec/tensor-parallel.md and the "
+                  "CUDA drafter runs N fake shards on one GPU; a fixture whose geometry N does not divide is refused "
+                  "by name")
       ->capture_default_str();
   cmd->add_option("--tp-reduce", o->tp_reduce,
                   "fp32 | bf16: the dtype of the row-parallel partials and their sum at TP > 1 (bf16 needs --precision "
@@ -66,10 +67,10 @@ ReplayRequest make_replay_request(const BackendOptions& o) {
     throw bad_input(std::string("--tp: ") + e.what());
   }
   for (const Backend& b : request.backends) {
-    if (o.tp != 1 && b.kind != Backend::Kind::kReference) {
+    if (o.tp != 1 && b.kind == Backend::Kind::kPlugin) {
       throw bad_input("--tp " + std::to_string(o.tp) +
-                      ": only the reference emulates tensor parallelism; the CUDA drafter and plugins run at TP = 1 "
-                      "(use --backend reference)");
+                      ": the drafter plugin ABI has no tensor-parallel fields, so a plugin runs at TP = 1 (use "
+                      "--backend reference or cuda)");
     }
   }
   request.tp_size = tp.tp_size;

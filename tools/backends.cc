@@ -36,16 +36,19 @@ bool has_kind(const std::vector<Backend>& backends, Backend::Kind kind) {
   return std::any_of(backends.begin(), backends.end(), [&](const Backend& b) { return b.kind == kind; });
 }
 
-std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, int warmup) {
+std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, int warmup, int tp_size,
+                                         TpReduceDtype tp_reduce) {
   if (warmup < 0) throw bad_input("--warmup " + std::to_string(warmup) + ": expected an integer >= 0");
 #if DFLASH_HAVE_CUDA
   CudaOptions options = CudaOptions{}.with_environment();
   options.warmup = warmup;
   return make_cuda_drafter(fixture.config, std::shared_ptr<const DrafterWeights>(fixture.weights),
-                           head_for(fixture, precision), options);
+                           head_for(fixture, precision, tp_size, tp_reduce), options);
 #else
   (void)fixture;
   (void)precision;
+  (void)tp_size;
+  (void)tp_reduce;
   throw unsupported("this dflash-harness was built without the CUDA drafter; --backend cuda/both cannot run here");
 #endif
 }
@@ -139,10 +142,14 @@ DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends,
     return static_cast<int>(set.lanes.size()) - 1;
   };
   const auto reference = [&](Precision p) {
-    return make_reference_drafter(fixture.config, fixture.weights, head_for(fixture, p, tp_size, tp_reduce));
+    // A bf16 wire rounds to bf16: the fp64 lane beside a bf16 or fp8 drafter (which rounds nothing to
+    // bf16) reduces unrounded; asked alone, the reference refuses it by name.
+    const bool beside = backends.size() > 1 && (p == Precision::kFp64 || p == Precision::kFp32);
+    return make_reference_drafter(fixture.config, fixture.weights,
+                                  head_for(fixture, p, tp_size, beside ? TpReduceDtype::kFp32 : tp_reduce));
   };
   const auto make = [&](const Backend& b) {
-    return b.kind == Backend::Kind::kCuda ? make_cuda(fixture, precision, cuda_warmup)
+    return b.kind == Backend::Kind::kCuda ? make_cuda(fixture, precision, cuda_warmup, tp_size, tp_reduce)
                                           : make_plugin(fixture, b.plugin_path, precision, plugins);
   };
   const bool with_reference = has_kind(backends, Backend::Kind::kReference);

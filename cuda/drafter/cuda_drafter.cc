@@ -25,10 +25,14 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
     throw bad_input(std::string("head: the CUDA drafter computes in bf16, fp8 or w8a8; precision ") +
                     precision_name(s.precision) + " was asked");
   }
-  if (s.tp_size != 1) {  // docs/spec/tensor-parallel.md: only the reference emulates TP = N so far
-    throw unsupported("head: tp_size " + std::to_string(s.tp_size) +
-                      ": the CUDA drafter runs TP = 1 only (its shards are not wired into the forward yet; "
-                      "cuda/tp/ holds the reduction and the NCCL group)");
+  s.check_fields();  // docs/spec/tensor-parallel.md §1 checks 1 and 2
+  check_tensor_parallel(config, s.tp_size, "config");  // checks 3-6
+  if (s.tp_size > 1 && s.precision == Precision::kW8a8) {
+    // As the reference: a rank would quantize its own slice of a row-parallel input, and the
+    // contract states no per-slice activation scales.
+    throw bad_input("CUDA drafter: tp_size " + std::to_string(s.tp_size) +
+                    " with w8a8: docs/spec/tensor-parallel.md does not state the row-parallel activation scales; "
+                    "refusing");
   }
   return s;
 }
@@ -128,6 +132,8 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
       plan_(resolve_kernel_plan(options.kernels, config.head_dim)),
       fp8_(settings_.precision == Precision::kFp8 || settings_.precision == Precision::kW8a8),
       w8a8_(settings_.precision == Precision::kW8a8),
+      tp_(settings_.tp_size),
+      tp_wire_(settings_.tp_reduce_dtype == TpReduceDtype::kBf16 ? TpWire::kBf16 : TpWire::kFp32),
       max_width_(std::max(settings_.gamma, 2)),
       rope_(make_rope_table(config.rope, config.head_dim)) {
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
@@ -153,6 +159,9 @@ void CudaDrafter::size_geometry() {
   ld_q_ = pad_k(config_.q_dim());
   ld_inter_ = pad_k(config_.intermediate_size);
   ld_ctx_ = pad_k(config_.ctx_feature_dim());
+  ld_tp_attn_ = pad_k(config_.q_dim() / tp_);
+  ld_tp_act_ = pad_k(config_.intermediate_size / tp_);
+  ld_tp_vocab_ = pad_k(config_.vocab_size / tp_);
 }
 
 // The device (kUnsupported without one), its name and SMs, the stream, every kernel prepared (so
@@ -209,7 +218,8 @@ void CudaDrafter::resolve_plan() {
     std::string why;
     // CUTLASS's epilogue stores 16-byte vectors of fp32: every E4M3 weight's n a multiple of 4.
     const std::vector<std::pair<const char*, int64_t>> outputs = {
-        {"q|k|v", q_dim + 2 * kv_dim}, {"o_proj", h}, {"gate|up", 2 * inter}, {"down_proj", h}, {"lm_head", vocab}};
+        {"q|k|v", q_dim + 2 * kv_dim}, {"o_proj", h}, {"gate|up", 2 * inter}, {"down_proj", h}, {"lm_head", vocab},
+        {"an lm_head shard", vocab / tp_}};
     if (cutlass_mixed_supported(&why)) {
       for (const auto& [name, cols] : outputs) {
         if (cols % 4 != 0 && why.empty()) why = std::string(name) + " has " + std::to_string(cols) + " outputs, not a multiple of 4";
@@ -262,6 +272,8 @@ void CudaDrafter::upload_weights() {
                                     plan_.cublaslt_reads_e4m3(fp8_), stream_);
   DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
   DFLASH_MUTATE(mutation_, kCutlassNeighbourScale, for (const DeviceLayerWeights& l : weights_.layers) for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) plant_neighbour_scales(w->view().scale, w->view().n); plant_neighbour_scales(weights_.lm_head.view().scale, weights_.lm_head.view().n));
+  // After the planted scales, which the shards then copy.
+  if (tp_ > 1) shard_weights(weights_, config_, tp_, stream_);
   inv_freq_.allocate(rope_.inv_freq.size());
   DFLASH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope_.inv_freq.data(), rope_.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 
@@ -372,7 +384,8 @@ void CudaDrafter::allocate_buffers() {
       // The largest workspace of any row count a propose can bring (stream-K's split follows it).
       size_t workspace = 0;
       for (const auto& [cols, k] : std::vector<std::pair<int64_t, int64_t>>{
-               {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_}}) {
+               {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_},
+               {h, ld_tp_attn_}, {h, ld_tp_act_}, {vocab / tp_, ld_hidden_}}) {
         for (int64_t m = KernelPlan::kBlockLibraryMinRows; m <= rows; ++m) {
           workspace = std::max(workspace, cutlass_mixed_workspace_bytes(m, cols, k));
         }
@@ -381,6 +394,14 @@ void CudaDrafter::allocate_buffers() {
       gemm_ctx_.cutlass_workspace = cutlass_workspace_.get();
       gemm_ctx_.cutlass_workspace_bytes = cutlass_workspace_.bytes();
     }
+  }
+  if (tp_ > 1) {
+    tp_attn_slice_.allocate(n(rows * ld_tp_attn_));
+    tp_act_slice_.allocate(n(rows * ld_tp_act_));
+    DFLASH_CUDA_CHECK(cudaMemsetAsync(tp_attn_slice_.get(), 0, tp_attn_slice_.bytes(), stream_));  // the padding
+    DFLASH_CUDA_CHECK(cudaMemsetAsync(tp_act_slice_.get(), 0, tp_act_slice_.bytes(), stream_));
+    tp_partials_.allocate(n(tp_ * rows * h));
+    if (!weights_.lm_head_shards.empty()) tp_logits_.allocate(n(tp_ * draft_rows * ld_tp_vocab_));
   }
   gemm_raw_.allocate(n(raw));
   gemm_ctx_.raw = gemm_raw_.get();
@@ -489,6 +510,21 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                                                  " eager passes; taps come from a second, eager pass compared bit "
                                                  "for bit with the judged one"
                                            : "off (eager launches)");
+  d.emplace_back("tp_size", std::to_string(tp_));
+  d.emplace_back("tp_reduce_dtype", std::string(tp_reduce_dtype_name(settings_.tp_reduce_dtype)) +
+                                        (tp_ == 1 ? " (no effect: one rank, no reduction)" : ""));
+  d.emplace_back("tensor_parallel",
+                 tp_ == 1 ? "off"
+                          : std::to_string(tp_) +
+                                " fake shards on one device (docs/spec/tensor-parallel.md): o_proj and down_proj as " +
+                                std::to_string(tp_) +
+                                " partial GEMMs over contiguous K slices (full-row fp8 scales), summed in rank order "
+                                "from rank 0 by tp_reduce_rows_kernel, bias once after; the lm_head as " +
+                                std::to_string(tp_) +
+                                " vocabulary shards" + (nvfp4 ? " (the NVFP4 head computed whole, its columns as the shards)" : "") +
+                                ", their best tokens merged by vocab_parallel_argmax_kernel; q|k|v, gate|up, attention "
+                                "and the K/V cache run once over every shard's heads and columns (§3: an element's "
+                                "order depends on K alone); no PDL inside a row-parallel GEMM");
   d.emplace_back("kv_cache", "paged bf16, one pool per layer: " + std::to_string(settings_.pool_pages) + " pages x " +
                                  std::to_string(settings_.kv_page_size) + " tokens; retains " +
                                  retained_context_rule(config_, settings_) + " context positions per sequence");

@@ -31,6 +31,7 @@
 #include "cuda/drafter/device_weights.h"
 #include "cuda/kernels/conv/grouped_conv.h"
 #include "cuda/drafter/kernel_plan.h"
+#include "cuda/tp/tp_reduce.h"
 #include "testing/fault_points.h"
 
 namespace dflash {
@@ -140,6 +141,13 @@ class CudaDrafter final : public PagedProposer {
   bool fp8_ = true;    // E4M3 projection weights (fp8 and w8a8)
   bool w8a8_ = false;  // and E4M3 activations: every E4M3 GEMM's input rows quantized per token
   bool quantizes_activations(const DeviceMatrixView& w) const { return w8a8_ && w.format == WeightFormat::kE4M3; }
+  // docs/spec/tensor-parallel.md at TP = N > 1, as N fake shards on this device: o_proj and
+  // down_proj as N partial GEMMs over contiguous K slices, reduced in rank order (tp_reduce.h); the
+  // lm_head as N vocabulary shards merged by (value, lowest global index) (vocab_parallel.h). The
+  // column-parallel GEMMs run once over the union of the shards' columns: an element's order depends
+  // on K alone (§3's decision), so the shards' launches would give the same bits.
+  int tp_ = 1;
+  TpWire tp_wire_ = TpWire::kFp32;
   int max_width_ = 2;       // max(gamma, 2)
   int64_t max_window_ = 0;  // context positions a sequence can attend to
   int max_pages_per_seq_ = 0;
@@ -190,6 +198,12 @@ class CudaDrafter final : public PagedProposer {
   DeviceBuffer<uint8_t> act_codes_;
   DeviceBuffer<float> act_scales_;
   int64_t ld_act_codes_ = 0;
+  // TP > 1: a rank's K slice of o_proj's and of down_proj's input (each zero past its slice, so a
+  // GEMM's padded K reads zeros), the ranks' fp32 partials [N, rows, H], and the lm_head shards'
+  // logits [N, draft rows, ld_tp_vocab_].
+  DeviceBuffer<uint16_t> tp_attn_slice_, tp_act_slice_;
+  DeviceBuffer<float> tp_partials_, tp_logits_;
+  int64_t ld_tp_attn_ = 0, ld_tp_act_ = 0, ld_tp_vocab_ = 0;
 
   std::map<StageKind, TapSource> tap_sources_;  // every stage the block forward taps
   std::map<std::pair<int, int>, GraphEntry> graphs_;  // (block width, batch size)

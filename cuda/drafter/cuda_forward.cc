@@ -18,6 +18,8 @@
 #include "cuda/kernels/nvfp4/gemm_nvfp4.h"
 #include "cuda/drafter/host_parallel.h"
 #include "cuda/drafter/levers.h"
+#include "cuda/tp/tp_reduce.h"
+#include "cuda/tp/vocab_parallel.h"
 
 namespace dflash {
 
@@ -471,10 +473,49 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   };
   // A block GEMM of m rows: its kernel follows the row count and weight format (gemm_m64).
   auto gemm_launch = [&](const char* kernel_class, std::vector<StageId> ready, const uint16_t* a, int64_t lda,
-                         int64_t m, const DeviceMatrixView& w, const GemmEpilogue& epilogue, const std::string& also = "") {
+                         int64_t m, const DeviceMatrixView& w, const GemmEpilogue& epilogue, const std::string& also = "",
+                         bool may_pdl = true) {
     const GemmKernel kernel = plan_.block_kernel(m, w.format);
+    const bool gemm_pdl = pdl && may_pdl;
     launch(kernel_class, gemm_runs(kernel, m, w) + also, std::move(ready),
-           [=] { enqueue_gemm(pdl, kernel, a, lda, m, w, epilogue); });
+           [=] { enqueue_gemm(gemm_pdl, kernel, a, lda, m, w, epilogue); });
+  };
+  // TP = N > 1 (docs/spec/tensor-parallel.md §3-4): a row-parallel GEMM of the [rows, k] bf16 `in` as
+  // N fake shards. Rank r's K slice is copied into `slice` (zero past it), its partial is the GEMM of
+  // its column slice of the weight (scaled, no bias) into tp_partials_, then §4's reduction in rank
+  // order, the bias once (o = R + bias into `out`), and h += o unless DFlash2's convolution adds it.
+  // No PDL inside: copies separate the partial GEMMs.
+  auto row_parallel = [&](const char* kernel_class, int layer, const uint16_t* in, int64_t ld_in, int64_t k,
+                          uint16_t* slice, int64_t ld_slice, const std::vector<DeviceLinear>& shards, const float* bias,
+                          float* out, std::vector<StageId> ready) {
+    const int64_t k_rank = k / tp_, rank_stride = rows * h;
+    for (int r = 0; r < tp_; ++r) {
+      const uint16_t* src = in + r * k_rank;
+      launch("tp_slice", "each rank's K slice, copied", {}, [=] {
+        DFLASH_CUDA_CHECK(cudaMemcpy2DAsync(slice, static_cast<size_t>(ld_slice) * 2, src, static_cast<size_t>(ld_in) * 2,
+                                            static_cast<size_t>(k_rank) * 2, static_cast<size_t>(rows),
+                                            cudaMemcpyDeviceToDevice, stream_));
+      });
+      gemm_launch(kernel_class, {}, slice, ld_slice, rows, shards[static_cast<size_t>(r)].view(),
+                  plain_epilogue(tp_partials_.get() + r * rank_stride, h), ", one rank's partial", false);
+    }
+    TpPartials partials;
+    partials.base = tp_partials_.get();
+    partials.rank_stride = rank_stride;
+    partials.ranks = tp_;
+    partials.rows = rows;
+    partials.cols = h;
+    partials.ld = h;
+    DFLASH_MUTATE(mutation_, kTpMissingAllReduce, if (layer == 0 && std::string(kernel_class) == "o") partials.ranks = 1);
+    float* residual = config_.dflash2.enabled ? nullptr : h_.get();
+    launch("tp_reduce",
+           std::to_string(tp_) + " partials in rank order, " + (tp_wire_ == TpWire::kBf16 ? "bf16" : "fp32") + " wire",
+           std::move(ready), [=] {
+             TpPartials order = partials;
+             // The planted order: the captured graph sums from the last rank down; eager passes do not.
+             DFLASH_MUTATE(mutation_, kTpGraphReductionOrder, cudaStreamCaptureStatus capture; DFLASH_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture)); if (capture == cudaStreamCaptureStatusActive) { order.base += (order.ranks - 1) * order.rank_stride; order.rank_stride = -order.rank_stride; });
+             launch_tp_reduce_rows(stream_, order, tp_wire_, bias, out, h, residual, h);
+           });
   };
   const std::string rmsnorm = find_lever("rmsnorm").held(plan_).name;
   const bool d2 = config_.dflash2.enabled;
@@ -580,8 +621,13 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     DeviceMatrixView o = layer.o.view();
     DFLASH_MUTATE(mutation_, kBiasIgnored, o.bias = nullptr);
     float* o_tap = taps ? o_out_.get() : nullptr;
-    const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
-    gemm_launch("o", {{StageKind::kOProj, l}}, attn_.get(), ld_q_, rows, o, o_epilogue);
+    if (tp_ > 1) {
+      row_parallel("o", l, attn_.get(), ld_q_, q_dim, tp_attn_slice_.get(), ld_tp_attn_, layer.o_shards, o.bias,
+                   o_out_.get(), {{StageKind::kOProj, l}});
+    } else {
+      const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
+      gemm_launch("o", {{StageKind::kOProj, l}}, attn_.get(), ld_q_, rows, o, o_epilogue);
+    }
     if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), {{StageKind::kAttnConvOut, l}});
 
     const RmsNormArgs post_norm = rmsnorm_args(h_.get(), layer.post_norm.get(), y_.get(), nullptr, width, rows);
@@ -598,7 +644,12 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     const GemmEpilogue down_epilogue = d2 ? plain_epilogue(mlp_out_.get(), h) : residual_epilogue(mlp_tap);
     std::vector<StageId> down_ready = {{StageKind::kMlp, l}};
     if (!d2) down_ready.push_back({StageKind::kOut, l});
-    gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue);
+    if (tp_ > 1) {
+      row_parallel("down", l, act_.get(), ld_inter_, inter, tp_act_slice_.get(), ld_tp_act_, layer.down_shards,
+                   layer.down.view().bias, mlp_out_.get(), down_ready);
+    } else {
+      gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue);
+    }
     if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), {{StageKind::kMlpConvOut, l}, {StageKind::kOut, l}});
   }
 
@@ -606,15 +657,47 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   const RmsNormArgs final_norm = rmsnorm_args(h_.get(), weights_.final_norm.get(), hf_.get(), hf_draft_.get(), width, rows);
   launch("rmsnorm", rmsnorm, {{StageKind::kFinalNorm}}, [=] { launch_rmsnorm(plan_.rmsnorm, final_norm, stream_, pdl); });
 
-  const std::string argmax_partials = !d2 && plan_.argmax_fused ? ", argmax partials in its epilogue" : "";
+  const bool vocab_parallel = tp_ > 1;  // docs/spec/tensor-parallel.md §5.2
+  const std::string argmax_partials = !d2 && !vocab_parallel && plan_.argmax_fused ? ", argmax partials in its epilogue" : "";
+  GemmEpilogue head_epilogue = lm_head_epilogue();
+  if (vocab_parallel) head_epilogue.argmax_value = nullptr, head_epilogue.argmax_index = nullptr;
+  // The vocabulary shards as the merge reads them: the shards' own logits, or the columns of a head
+  // computed whole (the NVFP4 head: its shards are its rows byte for byte, §2).
+  VocabShards shards;
+  shards.ranks = tp_;
+  shards.rows = draft_rows;
+  shards.shard_vocab = vocab / tp_;
   if (weights_.lm_head_nvfp4.present()) {
     // The target's NVFP4 head, on exactly this propose's draft rows.
     const DeviceNvFp4View lm_head = weights_.lm_head_nvfp4.view();
     launch("lm_head", "nvfp4 w4a16" + argmax_partials, {}, [=] {
-      launch_gemm_nvfp4(stream_, pdl, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, lm_head_epilogue());
+      launch_gemm_nvfp4(stream_, pdl, hf_draft_.get(), ld_hidden_, draft_rows, lm_head, head_epilogue);
     });
+    shards.base = logits_.get();
+    shards.rank_stride = shards.shard_vocab;
+    shards.ld = vocab;
+  } else if (vocab_parallel) {
+    shards.base = tp_logits_.get();
+    shards.rank_stride = draft_rows * ld_tp_vocab_;
+    shards.ld = ld_tp_vocab_;
+    for (int r = 0; r < tp_; ++r) {
+      gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows,
+                  weights_.lm_head_shards[static_cast<size_t>(r)].view(),
+                  plain_epilogue(tp_logits_.get() + r * shards.rank_stride, ld_tp_vocab_), ", one vocabulary shard",
+                  false);
+    }
   } else {
-    gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), lm_head_epilogue(), argmax_partials);
+    gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), head_epilogue, argmax_partials);
+  }
+  // The shards' logits gathered into logits_ (a head computed whole is there already); the merged
+  // argmax gives the draft tokens unless DFlash2's selector does.
+  float* gather = shards.base == logits_.get() ? nullptr : logits_.get();
+  if (vocab_parallel && d2 && gather != nullptr) {
+    launch("tp_gather", "the vocabulary shards' logits gathered", {},
+           [=] { launch_vocab_parallel_argmax(stream_, shards, gather, vocab, nullptr); });
+  } else if (vocab_parallel && !d2) {
+    launch("argmax", "vocabulary-parallel merge of " + std::to_string(tp_) + " shards' best", {},
+           [=] { launch_vocab_parallel_argmax(stream_, shards, gather, vocab, tokens_.get()); });
   }
   if (d2) {
     // The candidate selector's walk gives the draft tokens (docs/spec/dflash2.md §3.4).
@@ -629,6 +712,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     std::vector<StageId> selector_stages;
     for (StageKind kind : kSelectorStages) selector_stages.push_back({kind});
     launch("selector_walk", "greedy walk", selector_stages, [=] { launch_selector_walk(selector, stream_, pdl); });
+  } else if (vocab_parallel) {
+    // The merge above gave the tokens.
   } else if (plan_.argmax_fused) {
     launch("argmax", "reduce of the lm_head's partials", {}, [=] {
       launch_argmax_reduce(argmax_value_.get(), argmax_index_.get(), draft_rows, argmax_blocks(vocab), tokens_.get(),

@@ -213,6 +213,78 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
   return d;
 }
 
+namespace {
+
+// Columns [begin, begin + count) of the [n, src_ld] matrix at src, of `element`-byte values, into
+// a new [n, dst_ld] one, zero past count.
+template <typename T>
+DeviceBuffer<T> copy_columns(const T* src, int64_t n, int64_t src_ld, int64_t dst_ld, int64_t begin, int64_t count,
+                             size_t element, cudaStream_t stream) {
+  DeviceBuffer<T> dst(static_cast<size_t>(n * dst_ld) * element / sizeof(T));
+  DFLASH_CUDA_CHECK(cudaMemsetAsync(dst.get(), 0, dst.bytes(), stream));
+  DFLASH_CUDA_CHECK(cudaMemcpy2DAsync(dst.get(), static_cast<size_t>(dst_ld) * element,
+                                      reinterpret_cast<const char*>(src) + static_cast<size_t>(begin) * element,
+                                      static_cast<size_t>(src_ld) * element, static_cast<size_t>(count) * element,
+                                      static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream));
+  return dst;
+}
+
+// Columns [begin, begin + count) of every row of w, zero-padded to pad_k(count); the full rows'
+// scales (a shard of a row-parallel weight keeps TP = 1's quantization); no bias (added once, after
+// the reduction).
+DeviceLinear column_slice(const DeviceLinear& w, int64_t begin, int64_t count, cudaStream_t stream) {
+  DeviceLinear s;
+  s.format = w.format;
+  s.n = w.n;
+  s.k = count;
+  s.k_pad = pad_k(count);
+  const size_t element = w.format == WeightFormat::kE4M3 ? 1 : 2;
+  s.data = copy_columns(w.data.get(), w.n, w.k_pad, s.k_pad, begin, count, element, stream);
+  if (w.scale.size() > 0) {
+    s.scale.allocate(w.scale.size());
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(s.scale.get(), w.scale.get(), w.scale.bytes(), cudaMemcpyDeviceToDevice, stream));
+  }
+  if (w.decoded.size() > 0) s.decoded = copy_columns(w.decoded.get(), w.n, w.k_pad, s.k_pad, begin, count, 2, stream);
+  return s;
+}
+
+// Rows [begin, begin + count) of w with their scales and biases.
+DeviceLinear row_slice(const DeviceLinear& w, int64_t begin, int64_t count, cudaStream_t stream) {
+  DeviceLinear s;
+  s.format = w.format;
+  s.n = count;
+  s.k = w.k;
+  s.k_pad = w.k_pad;
+  auto copy = [&](auto& dst, const auto& src, int64_t per_row) {  // per_row: src's elements per weight row
+    if (src.size() == 0) return;
+    dst.allocate(static_cast<size_t>(count * per_row));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get() + begin * per_row, dst.bytes(), cudaMemcpyDeviceToDevice,
+                                      stream));
+  };
+  copy(s.data, w.data, w.k_pad * (w.format == WeightFormat::kE4M3 ? 1 : 2));
+  copy(s.scale, w.scale, 1);
+  copy(s.bias, w.bias, 1);
+  copy(s.decoded, w.decoded, w.k_pad);
+  return s;
+}
+
+}  // namespace
+
+void shard_weights(DeviceDrafterWeights& weights, const DrafterConfig& config, int tp, cudaStream_t stream) {
+  const int64_t q_rank = config.q_dim() / tp, inter_rank = config.intermediate_size / tp;
+  for (DeviceLayerWeights& layer : weights.layers) {
+    for (int r = 0; r < tp; ++r) {
+      layer.o_shards.push_back(column_slice(layer.o, r * q_rank, q_rank, stream));
+      layer.down_shards.push_back(column_slice(layer.down, r * inter_rank, inter_rank, stream));
+    }
+  }
+  if (weights.lm_head.n > 0) {
+    const int64_t vocab_rank = config.vocab_size / tp;
+    for (int r = 0; r < tp; ++r) weights.lm_head_shards.push_back(row_slice(weights.lm_head, r * vocab_rank, vocab_rank, stream));
+  }
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 QuantizedRows download_quantized(const DeviceLinear& linear) {
   if (linear.format != WeightFormat::kE4M3) throw internal_error("download_quantized: the weight is not E4M3");
   QuantizedRows q;

@@ -40,6 +40,9 @@ struct DeviceLinear {
 
 struct DeviceLayerWeights {
   DeviceLinear qkv, o, gate_up, down;
+  // TP = N > 1 (shard_weights): rank r's contiguous K slice of o and down, with the full-row scales
+  // and no bias (docs/spec/tensor-parallel.md §2).
+  std::vector<DeviceLinear> o_shards, down_shards;
   DeviceBuffer<float> input_norm, post_norm, q_norm, k_norm;
   DeviceLinear attn_conv_proj, mlp_conv_proj;        // DFlash2 only
   DeviceBuffer<float> attn_conv_base, mlp_conv_base;  // DFlash2 only
@@ -56,6 +59,7 @@ struct DeviceDrafterWeights {
   std::vector<DeviceLayerWeights> layers;
   DeviceBuffer<uint16_t> embed;  // [V, H] bf16
   DeviceLinear lm_head;              // empty when the target's head is NVFP4
+  std::vector<DeviceLinear> lm_head_shards;  // TP = N > 1: rank r's V/N rows (none for an NVFP4 head)
   DeviceNvFp4Linear lm_head_nvfp4;   // the target's NVFP4 head, as it is (cuda/kernels/nvfp4/gemm_nvfp4.h)
   DeviceSelectorWeights selector;
 };
@@ -64,6 +68,12 @@ struct DeviceDrafterWeights {
 // keep_decoded: also keep bf16 copies of the E4M3 codes (for cuBLASLt).
 DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights,
                                             WeightFormat projections, bool keep_decoded, cudaStream_t stream);
+
+// TP = N > 1 (docs/spec/tensor-parallel.md §2): the row-parallel shards of every layer's o and down
+// and the vocabulary shards of the lm_head, copied from the uploaded weights byte for byte (each
+// shard padded with zeros to a multiple of 64 columns); N divides q_dim, I and V
+// (check_tensor_parallel).
+void shard_weights(DeviceDrafterWeights& weights, const DrafterConfig& config, int tp, cudaStream_t stream);
 
 // The codes and scales of an E4M3 weight as the device holds them (rows in the fused order).
 QuantizedRows download_quantized(const DeviceLinear& linear);

@@ -15,12 +15,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/tp/tp_reduce.h"
+
 namespace dflash {
 
 // The CUDA devices this process sees; 0 with the reason in `why` when the runtime reports none.
 int visible_gpus(std::string* why);
-
-enum class TpWire { kFp32, kBf16 };  // a partial as it travels (§4: tp_reduce_dtype)
 
 class NcclGroup {
  public:

@@ -5,7 +5,8 @@
 // format of compare/catch_table.h, with each mutation's change of the CUDA drafter's mean acceptance
 // length over the known-acceptance fixtures (fixtures/acceptance/) against the unmutated build's.
 //
-//   mutation_catch_table --list              the ids, one per line (what the gate runs)
+//   mutation_catch_table --list              the ids, one per line (what the gate runs), each followed
+//                                            by the replay's --tp N when it needs one
 //   mutation_catch_table DIR [--markdown F]  the table; exit 0 when every mutation is caught as
 //                                            declared and the unmutated control has no failure
 #include <algorithm>
@@ -152,7 +153,8 @@ CatchResult judge(const PlantedMutation& m, const std::string& dir, const std::v
   std::vector<std::string> missing;
   const std::vector<Report> reports = read_reports(dir, m.id, &missing);
   CatchResult r;
-  r.bug = {m.id, m.bug_class, parse_check(m.check), m.stage, std::string(m.fixture) + " (" + m.precision + ")"};
+  const std::string bug_class = m.bug_class + (m.tp > 1 ? " (tp " + std::to_string(m.tp) + ")" : std::string());
+  r.bug = {m.id, bug_class, parse_check(m.check), m.stage, std::string(m.fixture) + " (" + m.precision + ")"};
   r.acceptance = acceptance_change(m, reports, control);
   bool found = false;
   for (const Report& report : reports) {
@@ -183,7 +185,9 @@ CatchResult judge(const PlantedMutation& m, const std::string& dir, const std::v
 
 int run(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--list") {
-    for (const PlantedMutation& m : mutation_registry()) std::cout << m.id << "\n";
+    for (const PlantedMutation& m : mutation_registry()) {
+      std::cout << m.id << (m.tp > 1 ? " --tp " + std::to_string(m.tp) : std::string()) << "\n";
+    }
     return 0;
   }
   if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--markdown")) {
