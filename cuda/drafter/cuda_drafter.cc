@@ -37,28 +37,23 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
   return s;
 }
 
-// The device quantizes bf16 weights per row (fp8, w8a8) and every token (w8a8) itself; a checkpoint's
-// own E4M3 codes (docs/spec/fp8-checkpoints.md), or in w8a8 its static input scales, would be
-// silently replaced by other ones.
-void refuse_prequantized(const DrafterWeights& w, Precision precision) {
+// w8a8 quantizes every GEMM's input rows per token; a checkpoint's static input scales
+// (docs/spec/fp8-checkpoints.md) would be silently replaced by dynamic ones. (Its stored E4M3 weights
+// are quantized per row on the host as the reference quantizes them: upload_drafter_weights.)
+void refuse_static_input_scales(const DrafterWeights& w) {
   auto refuse = [&](const std::string& tensor) {
-    throw unsupported(std::string("CUDA drafter: ") + precision_name(precision) +
-                      " from a pre-quantized FP8 checkpoint (" + tensor +
-                      "): the CUDA drafter quantizes bf16 weights and every token itself; replay it on the reference");
+    throw unsupported("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint with static activation scales (" +
+                      tensor + "): the CUDA drafter quantizes every token with its own scale; replay it on the "
+                      "reference, or in fp8");
   };
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    if (L.q_proj_fp8 || L.k_proj_fp8 || L.v_proj_fp8 || L.o_proj_fp8 || L.gate_proj_fp8 || L.up_proj_fp8 ||
-        L.down_proj_fp8) {
-      refuse(p + "* stored as E4M3");
-    }
-    if (precision == Precision::kW8a8 && (L.q_input_scale || L.k_input_scale || L.v_input_scale || L.o_input_scale ||
-                                          L.gate_input_scale || L.up_input_scale || L.down_input_scale)) {
-      refuse(p + "*.input_scale");
+    if (L.q_input_scale || L.k_input_scale || L.v_input_scale || L.o_input_scale || L.gate_input_scale ||
+        L.up_input_scale || L.down_input_scale) {
+      refuse("layers." + std::to_string(l) + ".*.input_scale");
     }
   }
-  if (precision == Precision::kW8a8 && w.lm_head_input_scale) refuse("lm_head.input_scale");
+  if (w.lm_head_input_scale) refuse("lm_head.input_scale");
 }
 
 void require_device(int device) {
@@ -137,7 +132,7 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
       max_width_(std::max(settings_.gamma, 2)),
       rope_(make_rope_table(config.rope, config.head_dim)) {
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
-  if (fp8_) refuse_prequantized(*host_weights_, settings_.precision);
+  if (w8a8_) refuse_static_input_scales(*host_weights_);
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
   size_geometry();

@@ -56,9 +56,48 @@ DeviceBuffer<T> upload_vector(const std::vector<T>& host) {
 
 DeviceBuffer<float> upload_norm(const Tensor& t, const std::string& name) { return upload_vector(float_values(t, name)); }
 
-// Builds one (possibly fused) weight from its source rows.
+// An E4M3 weight whose rows hold a pre-quantized checkpoint's code · scale products (fp32 values,
+// not all bf16 ones): quantized per row on the host by core/fp8.h, as the reference quantizes the
+// same floats (on bf16 rows the device kernel gives the same bytes: gpu_fp8_quant_test).
+DeviceLinear upload_host_quantized(const std::vector<RowSource>& rows, int64_t k, bool keep_decoded,
+                                   const std::vector<float>& bias, cudaStream_t stream) {
+  DeviceLinear linear;
+  linear.format = WeightFormat::kE4M3;
+  linear.n = static_cast<int64_t>(rows.size());
+  linear.k = k;
+  linear.k_pad = pad_k(k);
+  const int64_t n = linear.n, k_pad = linear.k_pad;
+  Tensor values = Tensor::zeros({n, k});
+  for (int64_t r = 0; r < n; ++r) {
+    const RowSource& src = rows[static_cast<size_t>(r)];
+    const float* row = src.tensor->row(src.row);
+    for (int64_t c = 0; c < k; ++c) {
+      if (!std::isfinite(row[c])) {
+        throw bad_input("weights: tensor '" + *src.name + "' element [" + std::to_string(src.row) + ", " +
+                        std::to_string(c) + "] is not finite");
+      }
+    }
+    std::copy_n(row, k, values.values.data() + r * k);
+  }
+  const QuantizedRows q = quantize_rows_e4m3(values);
+  std::vector<uint8_t> codes(static_cast<size_t>(n * k_pad), 0);  // zero codes past k
+  for (int64_t r = 0; r < n; ++r) std::copy_n(q.codes.data() + r * k, k, codes.data() + r * k_pad);
+  linear.data = upload_vector(codes);
+  linear.scale = upload_vector(q.scales);
+  if (keep_decoded) {
+    linear.decoded.allocate(static_cast<size_t>(n * k_pad));
+    launch_decode_e4m3_to_bf16(stream, linear.data.get(), n * k_pad, linear.decoded.get());
+  }
+  if (!bias.empty()) linear.bias = upload_vector(bias);
+  DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return linear;
+}
+
+// Builds one (possibly fused) weight from its source rows. `stored`: some rows come from a
+// pre-quantized checkpoint (E4M3 codes times scales, docs/spec/fp8-checkpoints.md).
 DeviceLinear upload_linear(const std::vector<RowSource>& rows, int64_t k, WeightFormat format, bool keep_decoded,
-                           const std::vector<float>& bias, cudaStream_t stream) {
+                           const std::vector<float>& bias, cudaStream_t stream, bool stored = false) {
+  if (stored && format == WeightFormat::kE4M3) return upload_host_quantized(rows, k, keep_decoded, bias, stream);
   DeviceLinear linear;
   linear.format = format;
   linear.n = static_cast<int64_t>(rows.size());
@@ -145,19 +184,22 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
       append_bias(qkv_bias, lw.v_bias, p + "self_attn.v_proj.bias");
       append_bias(o_bias, lw.o_bias, p + "self_attn.o_proj.bias");
     }
-    layer.qkv = upload_linear(qkv, config.hidden_size, projections, keep_decoded, qkv_bias, stream);
+    layer.qkv = upload_linear(qkv, config.hidden_size, projections, keep_decoded, qkv_bias, stream,
+                              lw.q_proj_fp8 || lw.k_proj_fp8 || lw.v_proj_fp8);
     std::vector<RowSource> o;
     append_rows(o, lw.o_proj, on);
-    layer.o = upload_linear(o, config.q_dim(), projections, keep_decoded, o_bias, stream);
+    layer.o = upload_linear(o, config.q_dim(), projections, keep_decoded, o_bias, stream, lw.o_proj_fp8.has_value());
     std::vector<RowSource> gate_up;
     for (int64_t i = 0; i < config.intermediate_size; ++i) {
       gate_up.push_back({&lw.gate_proj, &gn, i});
       gate_up.push_back({&lw.up_proj, &un, i});
     }
-    layer.gate_up = upload_linear(gate_up, config.hidden_size, projections, keep_decoded, {}, stream);
+    layer.gate_up = upload_linear(gate_up, config.hidden_size, projections, keep_decoded, {}, stream,
+                                  lw.gate_proj_fp8 || lw.up_proj_fp8);
     std::vector<RowSource> down;
     append_rows(down, lw.down_proj, dn);
-    layer.down = upload_linear(down, config.intermediate_size, projections, keep_decoded, {}, stream);
+    layer.down = upload_linear(down, config.intermediate_size, projections, keep_decoded, {}, stream,
+                               lw.down_proj_fp8.has_value());
     layer.input_norm = upload_norm(lw.input_layernorm, p + "input_layernorm.weight");
     layer.post_norm = upload_norm(lw.post_attention_layernorm, p + "post_attention_layernorm.weight");
     layer.q_norm = upload_norm(lw.q_norm, p + "self_attn.q_norm.weight");

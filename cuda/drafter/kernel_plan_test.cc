@@ -442,11 +442,10 @@ TEST(CudaDevice, WithoutAUsableDeviceTheDrafterIsUnsupported) {
                         ErrorKind::kUnsupported);
 }
 
-// The device quantizes bf16 weights per row and (w8a8) every token itself: a checkpoint's own E4M3
-// codes, or in w8a8 its static input scales, are refused by name before any device is touched (so
-// here too). The same weights without them reach the device check instead (negative control); bf16
-// reads no codes and is not refused.
-TEST(CudaDrafterFp8, RefusesPreQuantizedCheckpointsBeforeAnyDevice) {
+// w8a8 quantizes every token with its own scale: a checkpoint's static input scales are refused by
+// name before any device is touched (so here too). Its stored E4M3 weights are not refused: fp8 reaches
+// the device check, as do the same weights in w8a8 once the static scales are gone (negative control).
+TEST(CudaDrafterFp8, RefusesStaticActivationScalesBeforeAnyDevice) {
   std::string why;
   const bool device = cuda_device_available(&why);
   for (const char* name : {"ct-gqa", "modelopt-mha"}) {
@@ -454,33 +453,20 @@ TEST(CudaDrafterFp8, RefusesPreQuantizedCheckpointsBeforeAnyDevice) {
     Fixture f = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/fp8ckpt/" + name);
     HeadSettings settings = f.head;
     auto weights = std::make_shared<DrafterWeights>(f.load_weights());
-    for (Precision p : {Precision::kFp8, Precision::kW8a8}) {
-      settings.precision = p;
-      const std::string refused = harness_error_message(
-          [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-      EXPECT_NE(refused.find(std::string("CUDA drafter: ") + precision_name(p) +
-                             " from a pre-quantized FP8 checkpoint (layers.0.* stored as E4M3)"),
-                std::string::npos)
-          << refused;
-    }
-    settings.precision = Precision::kBf16;
-    if (!device) {
-      const std::string bf16 = harness_error_message(
-          [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-      EXPECT_EQ(bf16.find("pre-quantized"), std::string::npos) << bf16;
-    }
-    // Static input scales alone: refused in w8a8 only.
-    for (LayerWeights& L : weights->layers) {
-      for (auto* stored : {&L.q_proj_fp8, &L.k_proj_fp8, &L.v_proj_fp8, &L.o_proj_fp8, &L.gate_proj_fp8,
-                           &L.up_proj_fp8, &L.down_proj_fp8}) {
-        stored->reset();
-      }
-    }
     settings.precision = Precision::kW8a8;
-    const std::string scales = harness_error_message(
+    const std::string refused = harness_error_message(
         [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-    EXPECT_NE(scales.find("w8a8 from a pre-quantized FP8 checkpoint (layers."), std::string::npos) << scales;
-    EXPECT_NE(scales.find(".input_scale)"), std::string::npos) << scales;
+    EXPECT_NE(refused.find("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint with static activation scales "
+                           "(layers.0.*.input_scale)"),
+              std::string::npos)
+        << refused;
+    if (device) continue;  // the rest would build the drafter: that is the GPU gate's part
+    for (Precision p : {Precision::kFp8, Precision::kBf16}) {
+      settings.precision = p;
+      const std::string reached = harness_error_message(
+          [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
+      EXPECT_EQ(reached.find("pre-quantized"), std::string::npos) << precision_name(p) << ": " << reached;
+    }
     for (LayerWeights& L : weights->layers) {
       for (auto* scale : {&L.q_input_scale, &L.k_input_scale, &L.v_input_scale, &L.o_input_scale,
                           &L.gate_input_scale, &L.up_input_scale, &L.down_input_scale}) {
@@ -488,10 +474,10 @@ TEST(CudaDrafterFp8, RefusesPreQuantizedCheckpointsBeforeAnyDevice) {
       }
     }
     weights->lm_head_input_scale.reset();
-    if (device) continue;  // it would build the drafter: that is the GPU tests' part
-    const std::string unquantized = harness_error_message(
+    settings.precision = Precision::kW8a8;
+    const std::string dynamic = harness_error_message(
         [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-    EXPECT_EQ(unquantized.find("pre-quantized"), std::string::npos) << unquantized;
+    EXPECT_EQ(dynamic.find("pre-quantized"), std::string::npos) << dynamic;
   }
 }
 
