@@ -16,7 +16,8 @@
 #      DFLASH_CUDA_FAULT: its replay with them set gives the same report;
 #   3. every bundled fixture replayed on the shipped path (`replay --backend both`, bf16 and fp8, graphs
 #      after --warmup 0 and 1; ci/graph_replays.py checks that repeated shapes were graph replays);
-#   3a. the CUDA drafter's fake shards at TP = 2 and 4 on every bundled fixture their geometry allows;
+#   3a. the pre-quantized FP8 checkpoints in fp8; the CUDA drafter's fake shards at TP = 2 and 4 on
+#       every bundled fixture their geometry allows;
 #   3b. every bundled fixture through the CUDA drafter as a plugin (libdflash_cuda_plugin.so, isolated)
 #      and in process, bf16 and fp8: the same verdicts (ci/same_verdicts.py --verdicts);
 #   4. an injected allocation and launch failure in one replay of the testing build: exit 125 and 3,
@@ -271,6 +272,19 @@ replays() {
   done
 }
 
+# checkpoint_replays: the pre-quantized FP8 checkpoints (fixtures/fp8ckpt/) in fp8, the mode the CUDA
+# drafter runs them in (bf16 holds bf16 weights only; w8a8 refuses their static activation scales).
+checkpoint_replays() {
+  local what="dflash-harness replay fixtures/fp8ckpt --backend both --precision fp8 --warmup 1"
+  if "$release" replay fixtures/fp8ckpt/*/ --backend both --precision fp8 --warmup 1 >>"$out_dir/replay.log" 2>&1; then
+    note "PASS $what"
+  else
+    note "FAIL $what (see replay.log)"
+    status=1
+  fi
+  tail -n 1 "$out_dir/replay.log" | sed 's/^/  /' >>"$summary"
+}
+
 # tp_replays: the CUDA drafter's fake shards at TP = 2 and 4 (docs/spec/tensor-parallel.md) on every
 # bundled fixture whose geometry the TP size divides (ci/tp_fixtures.py), bf16 and fp8 with graphs
 # after one eager pass, and a bf16 wire at TP = 2: against the reference emulating the same TP.
@@ -340,6 +354,7 @@ if ((propose_only == 0)); then
   fi
   release_checks
   replays
+  checkpoint_replays
   tp_replays
   plugin_replays
   if ((release_only == 0)); then
