@@ -16,7 +16,7 @@
 #      DFLASH_CUDA_FAULT: its replay with them set gives the same report;
 #   3. every bundled fixture replayed on the shipped path (`replay --backend both`, bf16 and fp8, graphs
 #      after --warmup 0 and 1; ci/graph_replays.py checks that repeated shapes were graph replays);
-#   3a. the pre-quantized FP8 checkpoints in fp8; the CUDA drafter's fake shards at TP = 2 and 4 on
+#   3a. the pre-quantized FP8 checkpoints in fp8 and w8a8; the CUDA drafter's fake shards at TP = 2 and 4 on
 #       every bundled fixture their geometry allows;
 #   3b. every bundled fixture through the CUDA drafter as a plugin (libdflash_cuda_plugin.so, isolated)
 #      and in process, bf16 and fp8: the same verdicts (ci/same_verdicts.py --verdicts);
@@ -272,17 +272,21 @@ replays() {
   done
 }
 
-# checkpoint_replays: the pre-quantized FP8 checkpoints (fixtures/fp8ckpt/) in fp8, the mode the CUDA
-# drafter runs them in (bf16 holds bf16 weights only; w8a8 refuses their static activation scales).
+# checkpoint_replays: the pre-quantized FP8 checkpoints (fixtures/fp8ckpt/) in fp8 and w8a8 (their
+# static activation scales), the modes they are stored for (bf16 holds bf16 weights only).
 checkpoint_replays() {
-  local what="dflash-harness replay fixtures/fp8ckpt --backend both --precision fp8 --warmup 1"
-  if "$release" replay fixtures/fp8ckpt/*/ --backend both --precision fp8 --warmup 1 >>"$out_dir/replay.log" 2>&1; then
-    note "PASS $what"
-  else
-    note "FAIL $what (see replay.log)"
-    status=1
-  fi
-  tail -n 1 "$out_dir/replay.log" | sed 's/^/  /' >>"$summary"
+  local precision what
+  for precision in fp8 w8a8; do
+    what="dflash-harness replay fixtures/fp8ckpt --backend both --precision $precision --warmup 1"
+    if "$release" replay fixtures/fp8ckpt/*/ --backend both --precision "$precision" --warmup 1 \
+         >>"$out_dir/replay.log" 2>&1; then
+      note "PASS $what"
+    else
+      note "FAIL $what (see replay.log)"
+      status=1
+    fi
+    tail -n 1 "$out_dir/replay.log" | sed 's/^/  /' >>"$summary"
+  done
 }
 
 # tp_replays: the CUDA drafter's fake shards at TP = 2 and 4 (docs/spec/tensor-parallel.md) on every

@@ -37,25 +37,6 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
   return s;
 }
 
-// w8a8 quantizes every GEMM's input rows per token; a checkpoint's static input scales
-// (docs/spec/fp8-checkpoints.md) would be silently replaced by dynamic ones. (Its stored E4M3 weights
-// are quantized per row on the host as the reference quantizes them: upload_drafter_weights.)
-void refuse_static_input_scales(const DrafterWeights& w) {
-  auto refuse = [&](const std::string& tensor) {
-    throw unsupported("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint with static activation scales (" +
-                      tensor + "): the CUDA drafter quantizes every token with its own scale; replay it on the "
-                      "reference, or in fp8");
-  };
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& L = w.layers[l];
-    if (L.q_input_scale || L.k_input_scale || L.v_input_scale || L.o_input_scale || L.gate_input_scale ||
-        L.up_input_scale || L.down_input_scale) {
-      refuse("layers." + std::to_string(l) + ".*.input_scale");
-    }
-  }
-  if (w.lm_head_input_scale) refuse("lm_head.input_scale");
-}
-
 void require_device(int device) {
   std::string why;
   if (!cuda_device_available(&why)) throw unsupported("CUDA drafter: " + why);
@@ -132,7 +113,6 @@ CudaDrafter::CudaDrafter(const DrafterConfig& config, std::shared_ptr<const Draf
       max_width_(std::max(settings_.gamma, 2)),
       rope_(make_rope_table(config.rope, config.head_dim)) {
   if (!host_weights_) throw bad_input("CUDA drafter: no weights");
-  if (w8a8_) refuse_static_input_scales(*host_weights_);
   check_geometry(config_);
   if (options_.warmup < 0) throw bad_input("CUDA options: warmup must be >= 0");
   size_geometry();
@@ -264,7 +244,15 @@ void CudaDrafter::resolve_plan() {
 // The weights in the plan's formats, RoPE's frequencies, every layer's K/V pool (poisoned while free).
 void CudaDrafter::upload_weights() {
   weights_ = upload_drafter_weights(config_, *host_weights_, fp8_ ? WeightFormat::kE4M3 : WeightFormat::kBf16,
-                                    plan_.cublaslt_reads_e4m3(fp8_), stream_);
+                                    plan_.cublaslt_reads_e4m3(fp8_), stream_, w8a8_);
+  // Static activation scales of gate and up: two parts, whose raw outputs the separate SwiGLU reads.
+  const bool split_gate_up = std::any_of(weights_.layers.begin(), weights_.layers.end(),
+                                         [](const DeviceLayerWeights& l) { return l.gate_up.split_gate_up; });
+  if (split_gate_up && plan_.swiglu_fused) {
+    plan_.swiglu_fused = false;
+    plan_.fallbacks.push_back("swiglu: fused -> separate (w8a8 with static activation scales: gate and up quantize "
+                              "their input rows apart)");
+  }
   DFLASH_MUTATE(mutation_, kFp8RowScale, plant_fnuz_row_scales(weights_.layers[0].o.view().scale, weights_.layers[0].o.view().n, fp8_));
   DFLASH_MUTATE(mutation_, kCutlassNeighbourScale, for (const DeviceLayerWeights& l : weights_.layers) for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) plant_neighbour_scales(w->view().scale, w->view().n); plant_neighbour_scales(weights_.lm_head.view().scale, weights_.lm_head.view().n));
   // After the planted scales, which the shards then copy.
@@ -479,7 +467,9 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
   d.emplace_back("activation_quantization",
                  w8a8_ ? "per token (row) to E4M3 before every E4M3 GEMM (q/k/v/o/gate/up/down" +
                              std::string(nvfp4 ? "" : " and the lm_head") +
-                             "): scale max(amax, 2^-9) / 448, quantize_activations_kernel; gemm_w8a8"
+                             "): scale max(amax, 2^-9) / 448, quantize_activations_kernel; gemm_w8a8; a "
+                             "checkpoint's static input_scale replaces the per-token scale of its projection (one "
+                             "quantization per projection of a fused weight)"
                        : "none (bf16 activations)");
   d.emplace_back("logits_dtype", "f32");
   d.emplace_back("activations", "fp32 accumulation; bf16 storage of ctx_proj, cached/block K and V, q after RoPE, "

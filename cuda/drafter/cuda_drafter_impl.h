@@ -100,8 +100,10 @@ class CudaDrafter final : public PagedProposer {
   // A block GEMM's launch plan entry: kernel, weight format and CTA shape, as gemm() decides them.
   std::string gemm_runs(GemmKernel kernel, int64_t m, const DeviceMatrixView& w) const;
   // pdl: inside the block forward, after its first kernel (context ingestion follows host copies).
+  // parts (w8a8 with static activation scales): the weight's projections, each quantizing the input
+  // rows with its own scale.
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                    const GemmEpilogue& epilogue);
+                    const GemmEpilogue& epilogue, const std::vector<ActivationPart>& parts = {});
   // The forward's operands, the same for the block and the context rows: RMSNorm of the
   // [rows, hidden] fp32 `in` (h, or the context rows' fc output) with `weight` into `out` (and the
   // draft rows into draft_out, when set); the GEMM epilogues of q|k|v, of o and down (h += ·, and a

@@ -71,16 +71,33 @@ struct CudaDrafter::TapSink {
 };
 
 void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m,
-                               const DeviceMatrixView& w, const GemmEpilogue& epilogue) {
+                               const DeviceMatrixView& w, const GemmEpilogue& epilogue,
+                               const std::vector<ActivationPart>& parts) {
   GemmContext ctx = gemm_ctx_;
   ctx.pdl = pdl;
-  if (quantizes_activations(w)) {  // docs/spec/drafter.md §6: the input rows per token
+  if (!quantizes_activations(w)) {
+    gemm(kernel, ctx, a, lda, m, w, epilogue);
+    return;
+  }
+  // docs/spec/drafter.md §6: the input rows per token, or per projection with its static scale.
+  if (parts.empty()) {
     launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, 0.0f, act_codes_.get(), ld_act_codes_,
                                      act_scales_.get(), pdl);
     gemm_w8a8(kernel, ctx, act_codes_.get(), ld_act_codes_, m, w, act_scales_.get(), epilogue);
     return;
   }
-  gemm(kernel, ctx, a, lda, m, w, epilogue);
+  if (epilogue.swiglu_out != nullptr || epilogue.argmax_value != nullptr) {
+    throw internal_error("w8a8: a GEMM of several activation parts finishes into plain outputs only");
+  }
+  for (const ActivationPart& part : parts) {  // one after the other: they share act_codes_
+    launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, part.static_scale, act_codes_.get(),
+                                     ld_act_codes_, act_scales_.get(), pdl);
+    GemmEpilogue columns = epilogue;
+    if (columns.out != nullptr) columns.out += part.first;
+    if (columns.residual != nullptr) columns.residual += part.first;
+    gemm_w8a8(kernel, ctx, act_codes_.get(), ld_act_codes_, m, w.rows(part.first, part.count), act_scales_.get(),
+              columns);
+  }
 }
 
 namespace {
@@ -232,7 +249,8 @@ void CudaDrafter::ingest_context(const std::vector<ProposeInput>& batch,
       GemmEpilogue kv_out;
       kv_out.out = kv_out_.get();
       kv_out.ld_out = 2 * kv_dim;
-      enqueue_gemm(false, plan_.ctx_kernel(n, kv.format), xc_.get(), ld_hidden_, n, kv, kv_out);
+      enqueue_gemm(false, plan_.ctx_kernel(n, kv.format), xc_.get(), ld_hidden_, n, kv, kv_out,
+                   activation_parts_of_rows(layer.qkv.activation_parts, config_.q_dim(), 2 * kv_dim));
       QkNormRopeArgs rope;
       rope.src = kv_out_.get();
       rope.ld_src = 2 * kv_dim;
@@ -474,11 +492,13 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   // A block GEMM of m rows: its kernel follows the row count and weight format (gemm_m64).
   auto gemm_launch = [&](const char* kernel_class, std::vector<StageId> ready, const uint16_t* a, int64_t lda,
                          int64_t m, const DeviceMatrixView& w, const GemmEpilogue& epilogue, const std::string& also = "",
-                         bool may_pdl = true) {
+                         bool may_pdl = true, const std::vector<ActivationPart>& parts = {}) {
     const GemmKernel kernel = plan_.block_kernel(m, w.format);
     const bool gemm_pdl = pdl && may_pdl;
-    launch(kernel_class, gemm_runs(kernel, m, w) + also, std::move(ready),
-           [=] { enqueue_gemm(gemm_pdl, kernel, a, lda, m, w, epilogue); });
+    std::string runs = gemm_runs(kernel, m, w) + also;
+    if (quantizes_activations(w) && !parts.empty()) runs += ", one activation quantization per projection";
+    launch(kernel_class, std::move(runs), std::move(ready),
+           [=] { enqueue_gemm(gemm_pdl, kernel, a, lda, m, w, epilogue, parts); });
   };
   // TP = N > 1 (docs/spec/tensor-parallel.md §3-4): a row-parallel GEMM of the [rows, k] bf16 `in` as
   // N fake shards. Rank r's K slice is copied into `slice` (zero past it), its partial is the GEMM of
@@ -556,7 +576,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     }
     if (d2) conv_prepare(layer.attn_conv_proj, layer.attn_conv_base, x_.get(), StageKind::kAttnConvCoef, StageKind::kAttnConvIn, l);
 
-    gemm_launch("qkv", {}, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_epilogue());
+    gemm_launch("qkv", {}, x_.get(), ld_hidden_, rows, layer.qkv.view(), qkv_epilogue(), "", true,
+                layer.qkv.activation_parts);
 
     QkNormRopeArgs rope;
     rope.src = qkv_out_.get();
@@ -626,7 +647,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
                    o_out_.get(), {{StageKind::kOProj, l}});
     } else {
       const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
-      gemm_launch("o", {{StageKind::kOProj, l}}, attn_.get(), ld_q_, rows, o, o_epilogue);
+      gemm_launch("o", {{StageKind::kOProj, l}}, attn_.get(), ld_q_, rows, o, o_epilogue, "", true,
+                  layer.o.activation_parts);
     }
     if (d2) conv_finish(layer.attn_conv_base, o_out_.get(), {{StageKind::kAttnConvOut, l}});
 
@@ -635,9 +657,11 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     if (d2) conv_prepare(layer.mlp_conv_proj, layer.mlp_conv_base, y_.get(), StageKind::kMlpConvCoef, StageKind::kMlpConvIn, l);
 
     gemm_launch("gate_up", {}, y_.get(), ld_hidden_, rows, layer.gate_up.view(), gate_up_epilogue(),
-                plan_.swiglu_fused ? ", swiglu in its epilogue" : "");
+                plan_.swiglu_fused ? ", swiglu in its epilogue" : "", true, layer.gate_up.activation_parts);
     if (!plan_.swiglu_fused) {
-      launch("swiglu", "separate", {}, [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl); });
+      const bool split = layer.gate_up.split_gate_up;
+      launch("swiglu", split ? "separate, gate rows then up rows" : "separate", {},
+             [=] { launch_swiglu(gate_up_out_.get(), rows, inter, act_.get(), ld_inter_, stream_, pdl, split); });
     }
 
     float* mlp_tap = taps ? mlp_out_.get() : nullptr;
@@ -648,7 +672,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
       row_parallel("down", l, act_.get(), ld_inter_, inter, tp_act_slice_.get(), ld_tp_act_, layer.down_shards,
                    layer.down.view().bias, mlp_out_.get(), down_ready);
     } else {
-      gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue);
+      gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue, "", true,
+                  layer.down.activation_parts);
     }
     if (d2) conv_finish(layer.mlp_conv_base, mlp_out_.get(), {{StageKind::kMlpConvOut, l}, {StageKind::kOut, l}});
   }
@@ -687,7 +712,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
                   false);
     }
   } else {
-    gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), head_epilogue, argmax_partials);
+    gemm_launch("lm_head", {}, hf_draft_.get(), ld_hidden_, draft_rows, weights_.lm_head.view(), head_epilogue,
+                argmax_partials, true, weights_.lm_head.activation_parts);
   }
   // The shards' logits gathered into logits_ (a head computed whole is there already); the merged
   // argmax gives the draft tokens unless DFlash2's selector does.

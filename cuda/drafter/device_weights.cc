@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <optional>
 #include <tuple>
 
 #include "core/dtype.h"
@@ -156,7 +157,9 @@ int64_t DeviceLinear::storage_bytes() const {
 }
 
 DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights,
-                                            WeightFormat projections, bool keep_decoded, cudaStream_t stream) {
+                                            WeightFormat projections, bool keep_decoded, cudaStream_t stream,
+                                            bool static_activations) {
+  auto scale_of = [](const std::optional<float>& s) { return s ? *s : 0.0f; };
   validate_drafter_weights(config, weights);
   DeviceDrafterWeights d;
   const std::string fc_name = "fc.weight";
@@ -189,10 +192,17 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
     std::vector<RowSource> o;
     append_rows(o, lw.o_proj, on);
     layer.o = upload_linear(o, config.q_dim(), projections, keep_decoded, o_bias, stream, lw.o_proj_fp8.has_value());
+    const int64_t inter = config.intermediate_size, kv = config.kv_dim(), q = config.q_dim();
+    const bool static_mlp = static_activations && (lw.gate_input_scale || lw.up_input_scale);
     std::vector<RowSource> gate_up;
-    for (int64_t i = 0; i < config.intermediate_size; ++i) {
-      gate_up.push_back({&lw.gate_proj, &gn, i});
-      gate_up.push_back({&lw.up_proj, &un, i});
+    if (static_mlp) {  // two parts: the gate rows, then the up rows
+      append_rows(gate_up, lw.gate_proj, gn);
+      append_rows(gate_up, lw.up_proj, un);
+    } else {
+      for (int64_t i = 0; i < inter; ++i) {
+        gate_up.push_back({&lw.gate_proj, &gn, i});
+        gate_up.push_back({&lw.up_proj, &un, i});
+      }
     }
     layer.gate_up = upload_linear(gate_up, config.hidden_size, projections, keep_decoded, {}, stream,
                                   lw.gate_proj_fp8 || lw.up_proj_fp8);
@@ -200,6 +210,18 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
     append_rows(down, lw.down_proj, dn);
     layer.down = upload_linear(down, config.intermediate_size, projections, keep_decoded, {}, stream,
                                lw.down_proj_fp8.has_value());
+    if (static_mlp) {
+      layer.gate_up.split_gate_up = true;
+      layer.gate_up.activation_parts = {{0, inter, scale_of(lw.gate_input_scale)},
+                                        {inter, inter, scale_of(lw.up_input_scale)}};
+    }
+    if (static_activations && (lw.q_input_scale || lw.k_input_scale || lw.v_input_scale)) {
+      layer.qkv.activation_parts = {{0, q, scale_of(lw.q_input_scale)},
+                                    {q, kv, scale_of(lw.k_input_scale)},
+                                    {q + kv, kv, scale_of(lw.v_input_scale)}};
+    }
+    if (static_activations && lw.o_input_scale) layer.o.activation_parts = {{0, layer.o.n, *lw.o_input_scale}};
+    if (static_activations && lw.down_input_scale) layer.down.activation_parts = {{0, layer.down.n, *lw.down_input_scale}};
     layer.input_norm = upload_norm(lw.input_layernorm, p + "input_layernorm.weight");
     layer.post_norm = upload_norm(lw.post_attention_layernorm, p + "post_attention_layernorm.weight");
     layer.q_norm = upload_norm(lw.q_norm, p + "self_attn.q_norm.weight");
@@ -252,7 +274,20 @@ DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const D
   std::vector<RowSource> lm;
   append_rows(lm, weights.lm_head, lm_name);
   d.lm_head = upload_linear(lm, config.hidden_size, projections, keep_decoded, {}, stream);
+  if (static_activations && weights.lm_head_input_scale) {
+    d.lm_head.activation_parts = {{0, d.lm_head.n, *weights.lm_head_input_scale}};
+  }
   return d;
+}
+
+std::vector<ActivationPart> activation_parts_of_rows(const std::vector<ActivationPart>& parts, int64_t first,
+                                                     int64_t count) {
+  std::vector<ActivationPart> out;
+  for (const ActivationPart& p : parts) {
+    const int64_t begin = std::max(p.first, first), end = std::min(p.first + p.count, first + count);
+    if (begin < end) out.push_back({begin - first, end - begin, p.static_scale});
+  }
+  return out;
 }
 
 namespace {

@@ -27,6 +27,14 @@
 
 namespace dflash {
 
+// W8A8 with a pre-quantized checkpoint's static activation scales (docs/spec/drafter.md §6): rows
+// [first, first + count) of a fused weight are one projection, whose input rows are quantized with
+// its own `input_scale` (0: per token).
+struct ActivationPart {
+  int64_t first = 0, count = 0;
+  float static_scale = 0.0f;
+};
+
 struct DeviceLinear {
   WeightFormat format = WeightFormat::kBf16;
   int64_t n = 0, k = 0, k_pad = 0;
@@ -34,6 +42,11 @@ struct DeviceLinear {
   DeviceBuffer<float> scale;        // [n], E4M3 only
   DeviceBuffer<float> bias;         // [n] or empty
   DeviceBuffer<uint16_t> decoded;   // [n, k_pad] bf16 copy of the codes, only when cuBLASLt needs it
+  // W8A8 with static activation scales only: one part per projection (empty: one per-token part).
+  std::vector<ActivationPart> activation_parts;
+  // gate|up only: the gate rows then the up rows (static activation scales: each its own part),
+  // instead of interleaved.
+  bool split_gate_up = false;
   DeviceMatrixView view() const;
   int64_t storage_bytes() const;    // what one pass over the weight reads (data + scales + bias)
 };
@@ -65,9 +78,15 @@ struct DeviceDrafterWeights {
 };
 
 // Uploads and, for E4M3, quantizes on `stream`; returns when the device holds everything.
-// keep_decoded: also keep bf16 copies of the E4M3 codes (for cuBLASLt).
+// keep_decoded: also keep bf16 copies of the E4M3 codes (for cuBLASLt). static_activations (w8a8):
+// a layer or lm_head with `input_scale`s gets its activation parts (gate|up then split).
 DeviceDrafterWeights upload_drafter_weights(const DrafterConfig& config, const DrafterWeights& weights,
-                                            WeightFormat projections, bool keep_decoded, cudaStream_t stream);
+                                            WeightFormat projections, bool keep_decoded, cudaStream_t stream,
+                                            bool static_activations = false);
+
+// The parts of rows [first, first + count) of `parts`, counted from `first` (e.g. k|v of q|k|v).
+std::vector<ActivationPart> activation_parts_of_rows(const std::vector<ActivationPart>& parts, int64_t first,
+                                                     int64_t count);
 
 // TP = N > 1 (docs/spec/tensor-parallel.md §2): the row-parallel shards of every layer's o and down
 // and the vocabulary shards of the lm_head, copied from the uploaded weights byte for byte (each

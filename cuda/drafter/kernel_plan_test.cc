@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cuda/kernels/attention/attention.h"
 #include "cuda/drafter/cuda_drafter.h"
+#include "cuda/drafter/device_weights.h"
 #include "cuda/drafter/kernel_plan.h"
 #include "cuda/drafter/levers.h"
 #include "fixtures/fixture.h"
@@ -442,43 +443,45 @@ TEST(CudaDevice, WithoutAUsableDeviceTheDrafterIsUnsupported) {
                         ErrorKind::kUnsupported);
 }
 
-// w8a8 quantizes every token with its own scale: a checkpoint's static input scales are refused by
-// name before any device is touched (so here too). Its stored E4M3 weights are not refused: fp8 reaches
-// the device check, as do the same weights in w8a8 once the static scales are gone (negative control).
-TEST(CudaDrafterFp8, RefusesStaticActivationScalesBeforeAnyDevice) {
+// A pre-quantized FP8 checkpoint runs in every mode: its stored weights are quantized per row on the
+// host and its static activation scales become per-projection parts, so nothing is refused before
+// the device is touched (on a machine without one, the device check is what refuses).
+TEST(CudaDrafterFp8, PreQuantizedCheckpointsAreNotRefusedBeforeTheDevice) {
   std::string why;
-  const bool device = cuda_device_available(&why);
+  if (cuda_device_available(&why)) GTEST_SKIP() << "a device is present: the GPU gate replays these fixtures";
   for (const char* name : {"ct-gqa", "modelopt-mha"}) {
     SCOPED_TRACE(name);
     Fixture f = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/fp8ckpt/" + name);
     HeadSettings settings = f.head;
     auto weights = std::make_shared<DrafterWeights>(f.load_weights());
-    settings.precision = Precision::kW8a8;
-    const std::string refused = harness_error_message(
-        [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-    EXPECT_NE(refused.find("CUDA drafter: w8a8 from a pre-quantized FP8 checkpoint with static activation scales "
-                           "(layers.0.*.input_scale)"),
-              std::string::npos)
-        << refused;
-    if (device) continue;  // the rest would build the drafter: that is the GPU gate's part
-    for (Precision p : {Precision::kFp8, Precision::kBf16}) {
+    for (Precision p : {Precision::kW8a8, Precision::kFp8, Precision::kBf16}) {
       settings.precision = p;
-      const std::string reached = harness_error_message(
+      const std::string error = harness_error_message(
           [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-      EXPECT_EQ(reached.find("pre-quantized"), std::string::npos) << precision_name(p) << ": " << reached;
+      EXPECT_EQ(error.find("CUDA drafter: " + why), 0u) << precision_name(p) << ": " << error;
     }
-    for (LayerWeights& L : weights->layers) {
-      for (auto* scale : {&L.q_input_scale, &L.k_input_scale, &L.v_input_scale, &L.o_input_scale,
-                          &L.gate_input_scale, &L.up_input_scale, &L.down_input_scale}) {
-        scale->reset();
-      }
-    }
-    weights->lm_head_input_scale.reset();
-    settings.precision = Precision::kW8a8;
-    const std::string dynamic = harness_error_message(
-        [&] { make_cuda_drafter(f.config, weights, settings, CudaOptions{}); }, ErrorKind::kUnsupported);
-    EXPECT_EQ(dynamic.find("pre-quantized"), std::string::npos) << dynamic;
   }
+}
+
+// The activation parts of a row range of a fused weight (the context's k|v of q|k|v), counted from
+// its first row; parts outside the range are dropped, a part across its edge is cut.
+TEST(ActivationParts, OfARowRangeAreCutAndRebased) {
+  const std::vector<ActivationPart> qkv = {{0, 96, 0.5f}, {96, 32, 0.25f}, {128, 32, 0.0f}};
+  const std::vector<ActivationPart> kv = activation_parts_of_rows(qkv, 96, 64);
+  ASSERT_EQ(kv.size(), 2u);
+  EXPECT_EQ(kv[0].first, 0);
+  EXPECT_EQ(kv[0].count, 32);
+  EXPECT_EQ(kv[0].static_scale, 0.25f);
+  EXPECT_EQ(kv[1].first, 32);
+  EXPECT_EQ(kv[1].count, 32);
+  EXPECT_EQ(kv[1].static_scale, 0.0f);
+  const std::vector<ActivationPart> across = activation_parts_of_rows(qkv, 80, 40);
+  ASSERT_EQ(across.size(), 2u);
+  EXPECT_EQ(across[0].first, 0);
+  EXPECT_EQ(across[0].count, 16);
+  EXPECT_EQ(across[1].first, 16);
+  EXPECT_EQ(across[1].count, 24);
+  EXPECT_TRUE(activation_parts_of_rows({}, 96, 64).empty());
 }
 
 }  // namespace

@@ -325,14 +325,16 @@ __global__ void qk_norm_rope_simple_kernel(QkNormRopeArgs a, int tasks) {
   }
 }
 
-__global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t intermediate, __nv_bfloat16* act,
-                              int64_t ld_act) {
+// Gate i at column i·gate_stride of its row, up i at column up_offset + i·gate_stride.
+__global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t intermediate, int64_t gate_stride,
+                              int64_t up_offset, __nv_bfloat16* act, int64_t ld_act) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= rows * intermediate) return;
   const int64_t row = id / intermediate, i = id % intermediate;
-  const float g = gate_up[row * 2 * intermediate + 2 * i], u = gate_up[row * 2 * intermediate + 2 * i + 1];
+  const float* pair = gate_up + row * 2 * intermediate + i * gate_stride;
+  const float g = pair[0], u = pair[up_offset];
   act[row * ld_act + i] = __float2bfloat16_rn(__fmul_rn(silu(g), u));
 }
 
@@ -457,11 +459,12 @@ void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStrea
 }
 
 void launch_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, uint16_t* act, int64_t ld_act,
-                   cudaStream_t stream, bool pdl) {
+                   cudaStream_t stream, bool pdl, bool split) {
   const int64_t total = rows * intermediate;
   if (total < 1) return;
+  const int64_t gate_stride = split ? 1 : 2, up_offset = split ? intermediate : 1;
   launch_kernel(DFLASH_KERNEL_SITE("swiglu_kernel"), swiglu_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0, stream, pdl,
-                gate_up, rows, intermediate, reinterpret_cast<__nv_bfloat16*>(act), ld_act);
+                gate_up, rows, intermediate, gate_stride, up_offset, reinterpret_cast<__nv_bfloat16*>(act), ld_act);
 }
 
 void launch_argmax_reduce(const float* values, const int32_t* indices, int64_t rows, int64_t blocks, int32_t* tokens,

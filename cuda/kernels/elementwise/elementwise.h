@@ -70,9 +70,10 @@ struct QkNormRopeArgs {
 };
 void launch_qk_norm_rope(RowKernel kernel, const QkNormRopeArgs& args, cudaStream_t stream, bool pdl = false);
 
-// act[r, i] = bf16(silu(gu[r, 2i]) · gu[r, 2i+1]) (gate and up interleaved).
+// act[r, i] = bf16(silu(gu[r, 2i]) · gu[r, 2i+1]) (gate and up interleaved), or with `split`
+// bf16(silu(gu[r, i]) · gu[r, I + i]) (the gate block, then the up block).
 void launch_swiglu(const float* gate_up, int64_t rows, int64_t intermediate, uint16_t* act, int64_t ld_act,
-                   cudaStream_t stream, bool pdl = false);
+                   cudaStream_t stream, bool pdl = false, bool split = false);
 
 // tokens[r] = the column of the best partial (NaN first, then largest, then lowest index).
 void launch_argmax_reduce(const float* values, const int32_t* indices, int64_t rows, int64_t blocks, int32_t* tokens,
