@@ -1,5 +1,6 @@
 #include "compare/divergence.h"
 
+#include "core/proposer.h"
 #include "core/stages.h"
 #include "compare/text_format.h"
 
@@ -14,7 +15,8 @@ std::optional<Divergence> first_divergence(const std::vector<StageCheck>& stages
   Divergence d;
   d.stage = first->stage;
   StageId id;
-  if (parse_stage_name(first->stage, num_layers, &id, /*dflash2=*/true)) d.layer = id.layer;  // a superset of the plain names
+  // A superset of the plain names (DFlash2's stages, any rank's partial).
+  if (parse_stage_name(first->stage, num_layers, &id, /*dflash2=*/true, kMaxTpSize)) d.layer = id.layer;
   d.criterion = first->fail_criterion;
   d.row = first->fail_row;
   d.col = first->fail_col;

@@ -359,7 +359,7 @@ class Replayer {
     std::map<std::string, Failed> failed;
 
     const auto check = [&](const std::string& stage, const Tensor& want, const Tensor* got) {
-      const int order = stage_order_index(stage, num_layers, fixture_.config.dflash2.enabled);
+      const int order = stage_order_index(stage, num_layers, fixture_.config.dflash2.enabled, options_.tp_size);
       if (order < 0) {
         throw bad_input("sequence " + std::to_string(entry.seq) + ": '" + stage + "' is not a stage of a " +
                         std::to_string(num_layers) + "-layer drafter (docs/spec/drafter.md §7)");
@@ -373,7 +373,7 @@ class Replayer {
         seq_result.stages.push_back(missing_stage(stage, order, actual_name));
         return;
       }
-      const StageBound bound = stage_bound(pair.tolerance, paths.at(stage), want.cols());
+      const StageBound bound = stage_bound(pair.tolerance, stage_path(paths, stage), want.cols());
       if (stage == "ctx_proj") {
         const Tensor kept = expected_ctx_proj_rows(want, proposer.config(), settings, entry.ctx.rows());
         seq_result.stages.push_back(check_stage(stage, order, kept, *got, bound));

@@ -143,6 +143,14 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
   return paths;
 }
 
+StagePath stage_path(const std::map<std::string, StagePath>& paths, const std::string& stage) {
+  const size_t at = stage.rfind(".partial@r");
+  if (at == std::string::npos) return paths.at(stage);
+  StagePath path = paths.at(stage.substr(0, at));
+  ++path.boundaries;
+  return path;
+}
+
 StagePath context_kv_path(const DrafterConfig& config, bool key) {
   const int64_t H = config.hidden_size;
   // fc stays bf16; k_proj/v_proj are fp8 GEMMs in fp8 mode (the a-priori E4M3 rounding: this path is

@@ -57,6 +57,11 @@ double activation_quantization_error(int64_t inner);
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
                                              const WeightQuantization* measured = nullptr);
 
+// paths.at(stage), and for a rank's partial of a row-parallel stage ("L{l}.o_proj.partial@r{rank}",
+// docs/spec/tensor-parallel.md §7) its stage's path with one bf16 boundary more (the partial as a
+// bf16 wire sends it; in fp32 a bound that stays loose by that term).
+StagePath stage_path(const std::map<std::string, StagePath>& paths, const std::string& stage);
+
 // The path of the K (key = true) or V a drafter stores for a context row in any layer: ctx_proj,
 // then k_proj, k_norm and RoPE (or v_proj).
 StagePath context_kv_path(const DrafterConfig& config, bool key);

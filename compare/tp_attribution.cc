@@ -62,6 +62,10 @@ std::vector<Slice> slices_of(const std::string& stage, int64_t cols, const TpPar
 std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
                             const StageBound& bound, const TpPartition& partition) {
   if (partition.ranks <= 1 || expected.shape != actual.shape || expected.shape.size() != 2) return "";
+  StageId id;
+  if (parse_stage_name(stage, partition.num_layers, &id, /*dflash2=*/true, partition.ranks) && id.rank >= 0) {
+    return "rank " + std::to_string(id.rank) + " (its partial)";  // one rank's own value
+  }
   const std::vector<Slice> slices = slices_of(stage, expected.cols(), partition);
   std::string failing;
   const Slice* worst = nullptr;

@@ -38,6 +38,9 @@ const char* tp_reduce_dtype_name(TpReduceDtype dtype);
 // The §1 check 2: anything but "fp32" or "bf16" is a bad_input with the contract's message.
 TpReduceDtype parse_tp_reduce_dtype(const std::string& name);
 
+// The largest tensor-parallel size (HeadSettings::tp_size is 1, 2, 4 or 8).
+constexpr int kMaxTpSize = 8;
+
 struct HeadSettings {
   int gamma = -1;          // maximum block width; -1 takes the config's block_size
   int64_t ctx_cap = 4096;  // context window in positions, >= 1; 0 only with uncapped = true

@@ -57,15 +57,24 @@ const char* stage_kind_name(StageKind kind) {
   return "?";
 }
 
-std::string stage_name(StageKind kind, int layer) {
+bool has_partials(StageKind kind) { return kind == StageKind::kOProj || kind == StageKind::kMlp; }
+
+std::string stage_name(StageKind kind, int layer, int rank) {
   if (!is_layer_stage(kind)) return stage_kind_name(kind);
-  return "L" + std::to_string(layer) + "." + stage_kind_name(kind);
+  std::string name = "L" + std::to_string(layer) + "." + stage_kind_name(kind);
+  if (rank >= 0) name += ".partial@r" + std::to_string(rank);
+  return name;
 }
 
-std::vector<std::string> forward_stage_order(int num_layers, bool dflash2) {
+std::vector<std::string> forward_stage_order(int num_layers, bool dflash2, int tp_size) {
   std::vector<std::string> order = {stage_name(StageKind::kCtxProj), stage_name(StageKind::kEmbed)};
   for (int l = 0; l < num_layers; ++l) {
-    for (StageKind kind : layer_stages(dflash2)) order.push_back(stage_name(kind, l));
+    for (StageKind kind : layer_stages(dflash2)) {
+      if (tp_size > 1 && has_partials(kind)) {
+        for (int r = 0; r < tp_size; ++r) order.push_back(stage_name(kind, l, r));
+      }
+      order.push_back(stage_name(kind, l));
+    }
   }
   order.push_back(stage_name(StageKind::kFinalNorm));
   order.push_back(stage_name(StageKind::kLogits));
@@ -75,7 +84,23 @@ std::vector<std::string> forward_stage_order(int num_layers, bool dflash2) {
   return order;
 }
 
-bool parse_stage_name(const std::string& name, int num_layers, StageId* out, bool dflash2) {
+bool parse_stage_name(const std::string& name, int num_layers, StageId* out, bool dflash2, int tp_size) {
+  // A rank's partial: "{row-parallel stage}.partial@r{rank}", rank < tp_size.
+  const size_t at = name.rfind(".partial@r");
+  if (at != std::string::npos) {
+    const std::string digits = name.substr(at + 10);
+    if (digits.empty() || digits.size() > 3 || (digits.size() > 1 && digits[0] == '0')) return false;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+    }
+    const int rank = std::atoi(digits.c_str());
+    StageId base;
+    if (tp_size < 2 || rank >= tp_size || !parse_stage_name(name.substr(0, at), num_layers, &base, dflash2) || !has_partials(base.kind)) {
+      return false;
+    }
+    *out = {base.kind, base.layer, rank};
+    return true;
+  }
   for (StageKind kind : {StageKind::kCtxProj, StageKind::kEmbed, StageKind::kFinalNorm, StageKind::kLogits}) {
     if (name == stage_kind_name(kind)) {
       *out = {kind, -1};
@@ -108,10 +133,10 @@ bool parse_stage_name(const std::string& name, int num_layers, StageId* out, boo
   return false;
 }
 
-int stage_order_index(const std::string& name, int num_layers, bool dflash2) {
+int stage_order_index(const std::string& name, int num_layers, bool dflash2, int tp_size) {
   StageId id;
-  if (!parse_stage_name(name, num_layers, &id, dflash2)) return -1;
-  const std::vector<std::string> order = forward_stage_order(num_layers, dflash2);
+  if (!parse_stage_name(name, num_layers, &id, dflash2, tp_size)) return -1;
+  const std::vector<std::string> order = forward_stage_order(num_layers, dflash2, tp_size);
   return static_cast<int>(std::find(order.begin(), order.end(), name) - order.begin());
 }
 

@@ -68,5 +68,34 @@ TEST(Stages, NamesAndShapesOfEachKind) {
   EXPECT_EQ(shape("logits"), (std::vector<int64_t>{4, 97}));
 }
 
+// docs/spec/tensor-parallel.md §7: at TP = N the ranks' partials of o_proj and mlp come just before
+// their stage, in rank order; they parse only below N, only for the row-parallel stages, and are no
+// stage at TP = 1.
+TEST(Stages, TensorParallelPartialsComeBeforeTheirStage) {
+  const std::vector<std::string> order = forward_stage_order(1, false, 2);
+  const std::vector<std::string> want = {"ctx_proj", "embed", "L0.attn_norm", "L0.q", "L0.k", "L0.v", "L0.attn",
+                                         "L0.o_proj.partial@r0", "L0.o_proj.partial@r1", "L0.o_proj", "L0.mlp_norm",
+                                         "L0.mlp.partial@r0", "L0.mlp.partial@r1", "L0.mlp", "L0.out", "final_norm",
+                                         "logits"};
+  EXPECT_EQ(order, want);
+  for (const std::string& name : forward_stage_order(2, true, 4)) {
+    StageId id;
+    ASSERT_TRUE(parse_stage_name(name, 2, &id, true, 4)) << name;
+    EXPECT_EQ(stage_name(id), name);
+  }
+  StageId id;
+  ASSERT_TRUE(parse_stage_name("L1.mlp.partial@r3", 2, &id, false, 4));
+  EXPECT_EQ(id.kind, StageKind::kMlp);
+  EXPECT_EQ(id.layer, 1);
+  EXPECT_EQ(id.rank, 3);
+  EXPECT_EQ(stage_order_index("L0.o_proj.partial@r1", 1, false, 2), 8);
+  for (const char* bad : {"L0.o_proj.partial@r2", "L0.q.partial@r0", "L0.o_proj.partial@r01", "L0.o_proj.partial@r",
+                          "L2.mlp.partial@r0", "logits.partial@r0"}) {
+    EXPECT_FALSE(parse_stage_name(bad, 2, &id, false, 2)) << bad;
+  }
+  EXPECT_FALSE(parse_stage_name("L0.o_proj.partial@r0", 2, &id)) << "no partials at TP = 1";
+  EXPECT_EQ(stage_order_index("L0.o_proj.partial@r0", 1), -1);
+}
+
 }  // namespace
 }  // namespace dflash

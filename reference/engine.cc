@@ -225,7 +225,12 @@ class Engine final : public DrafterEngine {
       round_stage_to_bf16(policy_, &attn, 0, rows);
       tap_block(want_taps, outputs, stage_name(StageKind::kAttn, l), attn, B);
       // h = h + o_proj(attn)
-      L.o_proj.apply(attn, rows, &o, pool_);
+      std::vector<AlignedMatrix<T>> partials;  // TP > 1 with taps: each rank's, as it enters the reduction
+      const bool partial_taps = want_taps && policy_.tp_size > 1;
+      L.o_proj.apply(attn, rows, &o, pool_, partial_taps ? &partials : nullptr);
+      for (size_t r = 0; r < partials.size(); ++r) {
+        tap_block(want_taps, outputs, stage_name(StageKind::kOProj, l, static_cast<int>(r)), partials[r], B);
+      }
       tap_block(want_taps, outputs, stage_name(StageKind::kOProj, l), o, B);
       if (d2.enabled) {
         conv_finish(L.attn_conv_base, coef, &o, &conv, steps.size(), B);
@@ -248,7 +253,10 @@ class Engine final : public DrafterEngine {
         ops::silu_mul(gate.row(r), up.row(r), static_cast<size_t>(config_.intermediate_size), gate.row(r));
       }
       round_stage_to_bf16(policy_, &gate, 0, rows, truncates(kTruncatedActivationSite));
-      L.down_proj.apply(gate, rows, &mlp, pool_);
+      L.down_proj.apply(gate, rows, &mlp, pool_, partial_taps ? &partials : nullptr);
+      for (size_t r = 0; r < partials.size(); ++r) {
+        tap_block(want_taps, outputs, stage_name(StageKind::kMlp, l, static_cast<int>(r)), partials[r], B);
+      }
       tap_block(want_taps, outputs, stage_name(StageKind::kMlp, l), mlp, B);
       if (d2.enabled) {
         conv_finish(L.mlp_conv_base, coef, &mlp, &conv, steps.size(), B);

@@ -158,7 +158,7 @@ Linear<T> Linear<T>::decoded(std::vector<T> weight, int64_t out, int64_t in, std
 
 template <typename T>
 void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64_t row_begin, int64_t row_end,
-                            int64_t chunk, AlignedMatrix<T>* y) const {
+                            int64_t chunk, AlignedMatrix<T>* y, std::vector<AlignedMatrix<T>>* partials) const {
   using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   const int64_t n0 = chunk * chunk_rows_;
@@ -171,11 +171,11 @@ void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64
   for (int64_t m = row_begin; m < row_end; ++m) {
     const Eigen::Map<const Vector> xm(x.row(m), in_);
     T* out = y->row(m) + n0;
-    int shards = shards_;
+    bool reduce = true;
 #ifdef DFLASH_FAULT_POINTS
-    if (missing_all_reduce_) shards = 1;  // the planted bug: rank 0's partial stands for the sum
+    reduce = !missing_all_reduce_;  // the planted bug: rank 0's partial stands for the sum
 #endif
-    for (int r = 0; r < shards; ++r) {
+    for (int r = 0; r < shards_; ++r) {
       T* pr = r == 0 ? out : partial.data();  // p_0 is where the sum starts
       Eigen::Map<Vector> pm(pr, n);
       if (shards_ == 1) {
@@ -192,8 +192,9 @@ void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64
       if (bf16_reduce_) {  // p_r = bf16(P_r): the partial as it travels
         for (int64_t j = 0; j < n; ++j) pr[j] = static_cast<T>(round_to_bf16(static_cast<float>(pr[j])));
       }
+      if (partials != nullptr) std::copy_n(pr, n, (*partials)[static_cast<size_t>(r)].row(m) + n0);
       // s = p_0; s = fl32(s + p_r) for r = 1..N-1: linear, in rank order, from p_0 itself.
-      if (r > 0) {
+      if (r > 0 && reduce) {
         for (int64_t j = 0; j < n; ++j) out[j] = out[j] + pr[j];
       }
     }
@@ -207,11 +208,16 @@ void Linear<T>::apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64
 }
 
 template <typename T>
-void Linear<T>::apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const {
+void Linear<T>::apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool,
+                      std::vector<AlignedMatrix<T>>* partials) const {
   if (x.cols() != in_ || x.rows() < rows || y->cols() != out_ || y->rows() < rows) {
     throw internal_error(name_ + ": GEMV shapes x [" + std::to_string(x.rows()) + ", " + std::to_string(x.cols()) +
                          "] y [" + std::to_string(y->rows()) + ", " + std::to_string(y->cols()) + "] for W [" +
                          std::to_string(out_) + ", " + std::to_string(in_) + "] and " + std::to_string(rows) + " rows");
+  }
+  if (partials != nullptr) {
+    if (shards_ < 2) throw internal_error(name_ + ": partials asked of a product that is not row-parallel");
+    partials->assign(static_cast<size_t>(shards_), AlignedMatrix<T>(y->rows(), out_));
   }
   if (rows == 0) return;
   // w8a8: the GEMV reads the rows' decoded E4M3 codes; each row's scale goes to the epilogue.
@@ -225,7 +231,7 @@ void Linear<T>::apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>*
   for (int64_t begin = 0; begin < rows; begin += block) {
     const int64_t end = std::min(rows, begin + block);
     pool.run(static_cast<size_t>(chunks),
-             [&](size_t chunk) { apply_chunk(in, scales, begin, end, static_cast<int64_t>(chunk), y); });
+             [&](size_t chunk) { apply_chunk(in, scales, begin, end, static_cast<int64_t>(chunk), y, partials); });
   }
 }
 

@@ -67,7 +67,10 @@ class Linear {
   int row_parallel_shards() const { return shards_; }
 
   // y.row(m)[0, N) = x.row(m)[0, K) · Wᵀ (+ b) for m < rows. y must have >= rows rows and N cols.
-  void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool) const;
+  // partials (row-parallel, N > 1 ranks): also each rank's p_r as it enters the reduction (after the
+  // bf16 rounding of a bf16 wire), partials[r] of y's shape.
+  void apply(const AlignedMatrix<T>& x, int64_t rows, AlignedMatrix<T>* y, ThreadPool& pool,
+             std::vector<AlignedMatrix<T>>* partials = nullptr) const;
 
 #ifdef DFLASH_FAULT_POINTS
   // Plants an fp8 GEMM bug (testing/reference_faults.h) in the quantized weights or activations:
@@ -84,7 +87,7 @@ class Linear {
                      ThreadPool& pool) const;
   // act_scale: one per row of x (w8a8), or nullptr.
   void apply_chunk(const AlignedMatrix<T>& x, const T* act_scale, int64_t row_begin, int64_t row_end, int64_t chunk,
-                   AlignedMatrix<T>* y) const;
+                   AlignedMatrix<T>* y, std::vector<AlignedMatrix<T>>* partials) const;
 
   std::string name_;
   int64_t out_ = 0, in_ = 0;

@@ -131,7 +131,8 @@ class ReferenceDrafter final : public PagedProposer {
                                 : "emulated (docs/spec/tensor-parallel.md): o_proj and down_proj as " +
                                       std::to_string(settings_.tp_size) +
                                       " row-parallel partials summed in rank order from rank 0, bias once after; "
-                                      "column-parallel and vocabulary-parallel stages are TP = 1's (§3, §5)"},
+                                      "column-parallel and vocabulary-parallel stages are TP = 1's (§3, §5); "
+                                      "each rank's partial tapped as L{l}.o_proj|mlp.partial@r{rank} (§7)"},
     };
 #ifdef DFLASH_FAULT_POINTS
     d.emplace_back("fp8_fault", fp8_fault_ == Fp8Fault::kNone ? "none" : std::string("PLANTED: ") + fp8_fault_name(fp8_fault_));

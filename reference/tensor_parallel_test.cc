@@ -1,6 +1,7 @@
 // The reference emulating TP = N (docs/spec/tensor-parallel.md): TP = 1's bits up to the first
 // row-parallel reduction (§3, §10 item 3), a different summation order after it within §9.1's
 // reach, the bf16 reduction's extra roundings, and the refusals of what it does not emulate.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -75,7 +76,10 @@ TEST(TensorParallelReference, BitsOfTp1UpToTheFirstReductionThenTheSameSumInAnot
     const std::vector<Tap> one = run(p, 1);
     for (int n : {2, 4}) {
       SCOPED_TRACE(std::string(precision_name(p)) + " tp " + std::to_string(n));
-      const std::vector<Tap> tp = run(p, n);
+      std::vector<Tap> tp;  // the TP = 1 stages (the ranks' partials are checked below)
+      for (Tap& t : run(p, n)) {
+        if (t.name.find(".partial@r") == std::string::npos) tp.push_back(std::move(t));
+      }
       ASSERT_EQ(tp.size(), one.size());
       bool past_reduction = false, any_differs = false;
       for (size_t i = 0; i < one.size(); ++i) {
@@ -97,6 +101,42 @@ TEST(TensorParallelReference, BitsOfTp1UpToTheFirstReductionThenTheSameSumInAnot
       }
     }
   }
+}
+
+// docs/spec/tensor-parallel.md §7: each rank's partial is tapped as it enters the reduction, just
+// before its stage; summed on the host from rank 0 in fp32 (bf16 wire: then rounded once) they give
+// the stage's value bit for bit (no bias in this config), and no two ranks' partials are equal.
+TEST(TensorParallelReference, PartialsAreTappedAndSumToTheStageInRankOrder) {
+  for (TpReduceDtype wire : {TpReduceDtype::kFp32, TpReduceDtype::kBf16}) {
+    for (int n : {2, 4}) {
+      SCOPED_TRACE(std::string(tp_reduce_dtype_name(wire)) + " wire, tp " + std::to_string(n));
+      const std::vector<Tap> taps = run(wire == TpReduceDtype::kBf16 ? Precision::kBf16 : Precision::kFp32, n, wire);
+      for (const std::string stage : {"L0.o_proj", "L0.mlp", "L1.o_proj", "L1.mlp"}) {
+        const auto at = std::find_if(taps.begin(), taps.end(), [&](const Tap& t) { return t.name == stage; });
+        ASSERT_NE(at, taps.end()) << stage;
+        const size_t index = static_cast<size_t>(at - taps.begin());
+        ASSERT_GE(index, static_cast<size_t>(n));
+        Tensor sum = taps[index - static_cast<size_t>(n)].value;
+        for (int r = 0; r < n; ++r) {
+          const Tap& partial = taps[index - static_cast<size_t>(n - r)];
+          ASSERT_EQ(partial.name, stage + ".partial@r" + std::to_string(r));
+          ASSERT_EQ(partial.value.shape, at->value.shape);
+          if (wire == TpReduceDtype::kBf16) {
+            for (float v : partial.value.values) ASSERT_EQ(v, round_to_bf16(v)) << partial.name << ": sent as bf16";
+          }
+          if (r == 0) continue;
+          EXPECT_FALSE(same_bits(partial.value, taps[index - static_cast<size_t>(n)].value)) << partial.name;
+          for (size_t i = 0; i < sum.values.size(); ++i) sum.values[i] = sum.values[i] + partial.value.values[i];
+        }
+        if (wire == TpReduceDtype::kBf16) {
+          for (float& v : sum.values) v = round_to_bf16(v);
+        }
+        EXPECT_TRUE(same_bits(sum, at->value)) << stage;
+      }
+    }
+  }
+  // TP = 1 has no partials.
+  for (const Tap& t : run(Precision::kFp32, 1)) EXPECT_EQ(t.name.find(".partial@r"), std::string::npos) << t.name;
 }
 
 TEST(TensorParallelReference, Bf16ReductionRoundsMoreThanFp32) {

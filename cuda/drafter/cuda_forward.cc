@@ -505,9 +505,9 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   // its column slice of the weight (scaled, no bias) into tp_partials_, then §4's reduction in rank
   // order, the bias once (o = R + bias into `out`), and h += o unless DFlash2's convolution adds it.
   // No PDL inside: copies separate the partial GEMMs.
-  auto row_parallel = [&](const char* kernel_class, int layer, const uint16_t* in, int64_t ld_in, int64_t k,
-                          uint16_t* slice, int64_t ld_slice, const std::vector<DeviceLinear>& shards, const float* bias,
-                          float* out, std::vector<StageId> ready) {
+  auto row_parallel = [&](const char* kernel_class, StageKind stage, int layer, const uint16_t* in, int64_t ld_in,
+                          int64_t k, uint16_t* slice, int64_t ld_slice, const std::vector<DeviceLinear>& shards,
+                          const float* bias, float* out, std::vector<StageId> ready) {
     const int64_t k_rank = k / tp_, rank_stride = rows * h;
     for (int r = 0; r < tp_; ++r) {
       const uint16_t* src = in + r * k_rank;
@@ -516,7 +516,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
                                             static_cast<size_t>(k_rank) * 2, static_cast<size_t>(rows),
                                             cudaMemcpyDeviceToDevice, stream_));
       });
-      gemm_launch(kernel_class, {}, slice, ld_slice, rows, shards[static_cast<size_t>(r)].view(),
+      gemm_launch(kernel_class, {{stage, layer, r}}, slice, ld_slice, rows, shards[static_cast<size_t>(r)].view(),
                   plain_epilogue(tp_partials_.get() + r * rank_stride, h), ", one rank's partial", false);
     }
     TpPartials partials;
@@ -643,7 +643,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     DFLASH_MUTATE(mutation_, kBiasIgnored, o.bias = nullptr);
     float* o_tap = taps ? o_out_.get() : nullptr;
     if (tp_ > 1) {
-      row_parallel("o", l, attn_.get(), ld_q_, q_dim, tp_attn_slice_.get(), ld_tp_attn_, layer.o_shards, o.bias,
+      row_parallel("o", StageKind::kOProj, l, attn_.get(), ld_q_, q_dim, tp_attn_slice_.get(), ld_tp_attn_, layer.o_shards, o.bias,
                    o_out_.get(), {{StageKind::kOProj, l}});
     } else {
       const GemmEpilogue o_epilogue = d2 ? plain_epilogue(o_out_.get(), h) : residual_epilogue(o_tap);
@@ -669,7 +669,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     std::vector<StageId> down_ready = {{StageKind::kMlp, l}};
     if (!d2) down_ready.push_back({StageKind::kOut, l});
     if (tp_ > 1) {
-      row_parallel("down", l, act_.get(), ld_inter_, inter, tp_act_slice_.get(), ld_tp_act_, layer.down_shards,
+      row_parallel("down", StageKind::kMlp, l, act_.get(), ld_inter_, inter, tp_act_slice_.get(), ld_tp_act_, layer.down_shards,
                    layer.down.view().bias, mlp_out_.get(), down_ready);
     } else {
       gemm_launch("down", down_ready, act_.get(), ld_inter_, rows, layer.down.view(), down_epilogue, "", true,
@@ -775,7 +775,15 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
   for (const ForwardLaunch& launch : launches) {
     launch.enqueue();
     if (taps == nullptr) continue;
-    for (const StageId& stage : launch.ready) taps->capture(stage_name(stage), tap_sources_.at(stage.kind));
+    for (const StageId& stage : launch.ready) {
+      TapSource source = tap_sources_.at(stage.kind);
+      if (stage.rank >= 0) {  // a rank's partial as it enters the reduction (bf16 on a bf16 wire)
+        source = TapSource{tp_partials_.get() + stage.rank * static_cast<int64_t>(batch) * width * config_.hidden_size,
+                           tp_wire_ == TpWire::kBf16 ? TapStorage::kF32ReadAsBf16 : TapStorage::kF32,
+                           config_.hidden_size, config_.hidden_size, false, {}};
+      }
+      taps->capture(stage_name(stage), source);
+    }
   }
 }
 
