@@ -519,13 +519,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
       gemm_launch(kernel_class, {{stage, layer, r}}, slice, ld_slice, rows, shards[static_cast<size_t>(r)].view(),
                   plain_epilogue(tp_partials_.get() + r * rank_stride, h), ", one rank's partial", false);
     }
-    TpPartials partials;
-    partials.base = tp_partials_.get();
-    partials.rank_stride = rank_stride;
-    partials.ranks = tp_;
-    partials.rows = rows;
-    partials.cols = h;
-    partials.ld = h;
+    TpPartials partials{tp_partials_.get(), rank_stride, tp_, rows, h, h};  // [N, rows, H], ld H
     DFLASH_MUTATE(mutation_, kTpMissingAllReduce, if (layer == 0 && std::string(kernel_class) == "o") partials.ranks = 1);
     float* residual = config_.dflash2.enabled ? nullptr : h_.get();
     launch("tp_reduce",

@@ -466,21 +466,16 @@ TEST(CudaDrafterFp8, PreQuantizedCheckpointsAreNotRefusedBeforeTheDevice) {
 // The activation parts of a row range of a fused weight (the context's k|v of q|k|v), counted from
 // its first row; parts outside the range are dropped, a part across its edge is cut.
 TEST(ActivationParts, OfARowRangeAreCutAndRebased) {
+  // Each part as (first, count, static scale).
+  auto parts = [](const std::vector<ActivationPart>& p) {
+    std::vector<std::tuple<int64_t, int64_t, float>> out;
+    for (const ActivationPart& a : p) out.emplace_back(a.first, a.count, a.static_scale);
+    return out;
+  };
+  using Parts = std::vector<std::tuple<int64_t, int64_t, float>>;
   const std::vector<ActivationPart> qkv = {{0, 96, 0.5f}, {96, 32, 0.25f}, {128, 32, 0.0f}};
-  const std::vector<ActivationPart> kv = activation_parts_of_rows(qkv, 96, 64);
-  ASSERT_EQ(kv.size(), 2u);
-  EXPECT_EQ(kv[0].first, 0);
-  EXPECT_EQ(kv[0].count, 32);
-  EXPECT_EQ(kv[0].static_scale, 0.25f);
-  EXPECT_EQ(kv[1].first, 32);
-  EXPECT_EQ(kv[1].count, 32);
-  EXPECT_EQ(kv[1].static_scale, 0.0f);
-  const std::vector<ActivationPart> across = activation_parts_of_rows(qkv, 80, 40);
-  ASSERT_EQ(across.size(), 2u);
-  EXPECT_EQ(across[0].first, 0);
-  EXPECT_EQ(across[0].count, 16);
-  EXPECT_EQ(across[1].first, 16);
-  EXPECT_EQ(across[1].count, 24);
+  EXPECT_EQ(parts(activation_parts_of_rows(qkv, 96, 64)), (Parts{{0, 32, 0.25f}, {32, 32, 0.0f}}));
+  EXPECT_EQ(parts(activation_parts_of_rows(qkv, 80, 40)), (Parts{{0, 16, 0.5f}, {16, 24, 0.25f}}));
   EXPECT_TRUE(activation_parts_of_rows({}, 96, 64).empty());
 }
 
