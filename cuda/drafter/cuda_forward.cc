@@ -80,8 +80,12 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
     return;
   }
   // docs/spec/drafter.md §6: the input rows per token, or per projection with its static scale.
-  if (parts.empty()) {
-    launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, 0.0f, act_codes_.get(), ld_act_codes_,
+  if (parts.size() <= 1) {  // one projection: the whole weight, whatever its epilogue
+    if (parts.size() == 1 && (parts[0].first != 0 || parts[0].count != w.n)) {
+      throw internal_error("w8a8: a weight's one activation part must span its rows");
+    }
+    const float static_scale = parts.empty() ? 0.0f : parts[0].static_scale;
+    launch_quantize_activations_e4m3(stream_, a, lda, m, w.k, w.k_pad, static_scale, act_codes_.get(), ld_act_codes_,
                                      act_scales_.get(), pdl);
     gemm_w8a8(kernel, ctx, act_codes_.get(), ld_act_codes_, m, w, act_scales_.get(), epilogue);
     return;
@@ -496,7 +500,8 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     const GemmKernel kernel = plan_.block_kernel(m, w.format);
     const bool gemm_pdl = pdl && may_pdl;
     std::string runs = gemm_runs(kernel, m, w) + also;
-    if (quantizes_activations(w) && !parts.empty()) runs += ", one activation quantization per projection";
+    if (quantizes_activations(w) && parts.size() > 1) runs += ", one activation quantization per projection";
+    if (quantizes_activations(w) && parts.size() == 1) runs += ", a static activation scale";
     launch(kernel_class, std::move(runs), std::move(ready),
            [=] { enqueue_gemm(gemm_pdl, kernel, a, lda, m, w, epilogue, parts); });
   };
