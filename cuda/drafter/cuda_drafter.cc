@@ -25,8 +25,6 @@ HeadSettings resolve_settings(const DrafterConfig& config, const HeadSettings& s
     throw bad_input(std::string("head: the CUDA drafter computes in bf16, fp8 or w8a8; precision ") +
                     precision_name(s.precision) + " was asked");
   }
-  s.check_fields();  // docs/spec/tensor-parallel.md §1 checks 1 and 2
-  check_tensor_parallel(config, s.tp_size, "config");  // checks 3-6
   if (s.tp_size > 1 && s.precision == Precision::kW8a8) {
     // As the reference: a rank would quantize its own slice of a row-parallel input, and the
     // contract states no per-slice activation scales.

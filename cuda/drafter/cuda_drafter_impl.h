@@ -205,6 +205,8 @@ class CudaDrafter final : public PagedProposer {
   // logits [N, draft rows, ld_tp_vocab_].
   DeviceBuffer<uint16_t> tp_attn_slice_, tp_act_slice_;
   DeviceBuffer<float> tp_partials_, tp_logits_;
+  // Rank r's partial [rows, H] in tp_partials_ (one definition for the GEMMs, the reduction and the taps).
+  float* tp_partial(int rank, int64_t rows) const { return tp_partials_.get() + rank * rows * config_.hidden_size; }
   int64_t ld_tp_attn_ = 0, ld_tp_act_ = 0, ld_tp_vocab_ = 0;
 
   std::map<StageKind, TapSource> tap_sources_;  // every stage the block forward taps

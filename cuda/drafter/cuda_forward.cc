@@ -513,7 +513,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   auto row_parallel = [&](const char* kernel_class, StageKind stage, int layer, const uint16_t* in, int64_t ld_in,
                           int64_t k, uint16_t* slice, int64_t ld_slice, const std::vector<DeviceLinear>& shards,
                           const float* bias, float* out, std::vector<StageId> ready) {
-    const int64_t k_rank = k / tp_, rank_stride = rows * h;
+    const int64_t k_rank = k / tp_;
     for (int r = 0; r < tp_; ++r) {
       const uint16_t* src = in + r * k_rank;
       launch("tp_slice", "each rank's K slice, copied", {}, [=] {
@@ -522,10 +522,10 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
                                             cudaMemcpyDeviceToDevice, stream_));
       });
       gemm_launch(kernel_class, {{stage, layer, r}}, slice, ld_slice, rows, shards[static_cast<size_t>(r)].view(),
-                  plain_epilogue(tp_partials_.get() + r * rank_stride, h), ", one rank's partial", false);
+                  plain_epilogue(tp_partial(r, rows), h), ", one rank's partial", false);
     }
-    TpPartials partials{tp_partials_.get(), rank_stride, tp_, rows, h, h};  // [N, rows, H], ld H
-    DFLASH_MUTATE(mutation_, kTpMissingAllReduce, if (layer == 0 && std::string(kernel_class) == "o") partials.ranks = 1);
+    TpPartials partials{tp_partial(0, rows), rows * h, tp_, rows, h, h};  // [N, rows, H], ld H
+    DFLASH_MUTATE(mutation_, kTpMissingAllReduce, if (layer == 0 && stage == StageKind::kOProj) partials.ranks = 1);
     float* residual = config_.dflash2.enabled ? nullptr : h_.get();
     launch("tp_reduce",
            std::to_string(tp_) + " partials in rank order, " + (tp_wire_ == TpWire::kBf16 ? "bf16" : "fp32") + " wire",
@@ -777,7 +777,7 @@ void CudaDrafter::enqueue_block_forward(int batch, int width, TapSink* taps) {
     for (const StageId& stage : launch.ready) {
       TapSource source = tap_sources_.at(stage.kind);
       if (stage.rank >= 0) {  // a rank's partial as it enters the reduction (bf16 on a bf16 wire)
-        source = TapSource{tp_partials_.get() + stage.rank * static_cast<int64_t>(batch) * width * config_.hidden_size,
+        source = TapSource{tp_partial(stage.rank, static_cast<int64_t>(batch) * width),
                            tp_wire_ == TpWire::kBf16 ? TapStorage::kF32ReadAsBf16 : TapStorage::kF32,
                            config_.hidden_size, config_.hidden_size, false, {}};
       }
