@@ -11,6 +11,7 @@
 #include "compare/kv_invariants.h"
 #include "compare/selector_alignment.h"
 #include "compare/tp_attribution.h"
+#include "compare/wire_rounding.h"
 #include "core/stages.h"
 #include "core/error.h"
 #include "core/kv_pages.h"
@@ -62,6 +63,18 @@ const Tap* find_tap(const ProposeOutput& output, const std::string& name) {
   return nullptr;
 }
 
+// Whether the drafter rounds its row-parallel partials and their sum to bf16
+// (docs/spec/tensor-parallel.md §4): its side of a bound counts the wire (§9.2).
+bool has_bf16_wire(const DraftProposer& proposer) {
+  const HeadSettings& settings = proposer.settings();
+  return settings.tp_size > 1 && settings.tp_reduce_dtype == TpReduceDtype::kBf16;
+}
+
+bool has_partial_taps(const std::vector<const Tap*>& taps) {
+  return std::any_of(taps.begin(), taps.end(),
+                     [](const Tap* tap) { return tap->name.find(".partial@r") != std::string::npos; });
+}
+
 const ProposeOutput* find_output(const std::vector<ProposeOutput>& outputs, int seq) {
   for (const ProposeOutput& output : outputs) {
     if (output.seq == seq) return &output;
@@ -108,6 +121,7 @@ class Replayer {
       if (!lanes_[i].compare_with_fixture) continue;
       PairSummary pair;
       pair.tolerance = fixture_pair(fixture.expect_precision, lanes_[i].precision, lanes_[i].proposer->name());
+      pair.tolerance.actual.bf16_wire = has_bf16_wire(*lanes_[i].proposer);
       pair.label = pair.tolerance.label;
       pair.expected_lane = -1;
       pair.actual_lane = static_cast<int>(i);
@@ -129,6 +143,8 @@ class Replayer {
       const ReplayLane& ref = lanes_[check.reference];
       const ReplayLane& cand = lanes_[check.candidate];
       pair.tolerance = cross_pair(ref.precision, ref.proposer->name(), cand.precision, cand.proposer->name());
+      pair.tolerance.expected.bf16_wire = has_bf16_wire(*ref.proposer);
+      pair.tolerance.actual.bf16_wire = has_bf16_wire(*cand.proposer);
       pair.label = pair.tolerance.label;
       pair.expected_lane = check.reference;
       pair.actual_lane = check.candidate;
@@ -346,9 +362,17 @@ class Replayer {
     seq_result.block_width = clamp_block_width(entry.block_width, settings.gamma);
     seq_result.start = entry.start;
     seq_result.window = retained_new_rows(proposer.config(), settings, entry.start);
+    // A bf16 wire's ρ from the partials of the side that taps them, the reference first (§9.2).
+    std::optional<WireRounding> wire;
+    if (pair.tolerance.expected.bf16_wire || pair.tolerance.actual.bf16_wire) {
+      std::vector<const Tap*> actual_taps;
+      for (const Tap& tap : actual->taps) actual_taps.push_back(&tap);
+      wire = measure_wire_rounding(has_partial_taps(expected.taps) ? expected.taps : actual_taps,
+                                   fixture_.config.num_layers, options_.tp_size);
+    }
     const std::map<std::string, StagePath> paths =
         stage_paths(fixture_.config, seq_result.window, seq_result.block_width,
-                    quantization_ ? &*quantization_ : nullptr);
+                    quantization_ ? &*quantization_ : nullptr, wire ? &*wire : nullptr);
     const int num_layers = fixture_.config.num_layers;
     // Each failing stage's two sides and bound: the first divergence's names its ranks at TP = N.
     struct Failed {

@@ -10,15 +10,17 @@ namespace dflash {
 namespace {
 
 StagePath operator+(const StagePath& a, const StagePath& b) {
-  return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms, a.accumulation + b.accumulation,
-          a.boundaries + b.boundaries, a.quantization + b.quantization, a.activation + b.activation};
+  return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms,   a.accumulation + b.accumulation,
+          a.boundaries + b.boundaries, a.quantization + b.quantization, a.activation + b.activation,
+          a.wire_rms + b.wire_rms,     a.wire_tail + b.wire_tail};
 }
 
 // Where two paths join, the longer one (component by component, an upper bound of either).
 StagePath longest(const StagePath& a, const StagePath& b) {
   return {std::max(a.roundings, b.roundings), std::max(a.fp8_gemms, b.fp8_gemms),
           std::max(a.accumulation, b.accumulation), std::max(a.boundaries, b.boundaries),
-          std::max(a.quantization, b.quantization), std::max(a.activation, b.activation)};
+          std::max(a.quantization, b.quantization), std::max(a.activation, b.activation),
+          std::max(a.wire_rms, b.wire_rms), std::max(a.wire_tail, b.wire_tail)};
 }
 
 // The steps of one stage, as a bf16 engine (PyTorch on a GPU, docs/spec/drafter.md §3) computes them, with
@@ -36,6 +38,12 @@ StagePath rms_norm(int64_t width) { return {2, 0, width, 0, 0.0}; }
 const StagePath kRope = {3, 0, 0, 0, 0.0};
 const StagePath kElementwise = {1, 0, 0, 0, 0.0};  // one rounded elementwise op (residual add, silu, product)
 const StagePath kBoundary = {0, 0, 0, 1, 0.0};     // a drafter stores the value as bf16
+// Row-parallel reduction j (2l: o_proj, 2l + 1: down_proj): N partials and their sum that a bf16
+// wire rounds (docs/spec/tensor-parallel.md §9.2).
+StagePath reduction(const WireRounding& wire, int j) {
+  const size_t at = static_cast<size_t>(j);
+  return {0, 0, 0, 0, 0.0, 0.0, 1.0 + wire.rho2.at(at), 1.0 + wire.rho_inf.at(at)};
+}
 
 // δ of each fp8 GEMM: measured, or the a-priori bound of one E4M3 rounding.
 struct GemmErrors {
@@ -55,10 +63,16 @@ double activation_quantization_error(int64_t inner) {
 }
 
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
-                                             const WeightQuantization* measured) {
+                                             const WeightQuantization* measured, const WireRounding* wire) {
   if (measured != nullptr && measured->layers.size() != static_cast<size_t>(config.num_layers)) {
     throw internal_error("stage_paths: quantization measured for " + std::to_string(measured->layers.size()) +
                          " layers of a " + std::to_string(config.num_layers) + "-layer drafter");
+  }
+  const WireRounding rho = wire != nullptr ? *wire : uncorrelated_wire(config.num_layers);
+  const size_t reductions = static_cast<size_t>(2 * config.num_layers);
+  if (rho.rho2.size() != reductions || rho.rho_inf.size() != reductions) {
+    throw internal_error("stage_paths: the bf16 wire measured for " + std::to_string(rho.rho2.size()) + " reductions of a " +
+                         std::to_string(config.num_layers) + "-layer drafter");
   }
   const GemmErrors delta{measured};
   using L = WeightQuantization::Layer;
@@ -99,7 +113,9 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kBoundary;
     const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
-    const StagePath o_proj_out = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
+    const StagePath o_partial = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
+    paths[stage_name(StageKind::kOProj, l) + ".partial"] = o_partial + kBoundary;
+    const StagePath o_proj_out = o_partial + reduction(rho, 2 * l);
     paths[stage_name(StageKind::kOProj, l)] = o_proj_out;
     const StagePath o_proj = config.dflash2.enabled ? o_proj_out + attn_coef + conv_own : o_proj_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kAttnConvOut, l)] = o_proj;
@@ -113,8 +129,11 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
       paths[stage_name(StageKind::kMlpConvIn, l)] = mlp_norm;
     }
     // gate and up (independent branches), silu, product stored as bf16, down.
-    const StagePath mlp_out = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) + fp8_gemm(H, delta.layer(l, &L::up)) +
-                              kElementwise + kElementwise + kBoundary + fp8_gemm(I, delta.layer(l, &L::down));
+    const StagePath mlp_partial = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) +
+                                  fp8_gemm(H, delta.layer(l, &L::up)) + kElementwise + kElementwise + kBoundary +
+                                  fp8_gemm(I, delta.layer(l, &L::down));
+    paths[stage_name(StageKind::kMlp, l) + ".partial"] = mlp_partial + kBoundary;
+    const StagePath mlp_out = mlp_partial + reduction(rho, 2 * l + 1);
     paths[stage_name(StageKind::kMlp, l)] = mlp_out;
     const StagePath mlp = config.dflash2.enabled ? mlp_out + mlp_coef + conv_own : mlp_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kMlpConvOut, l)] = mlp;
@@ -144,11 +163,8 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
 }
 
 StagePath stage_path(const std::map<std::string, StagePath>& paths, const std::string& stage) {
-  const size_t at = stage.rfind(".partial@r");
-  if (at == std::string::npos) return paths.at(stage);
-  StagePath path = paths.at(stage.substr(0, at));
-  ++path.boundaries;
-  return path;
+  const size_t at = stage.rfind(".partial@r");  // every rank's partial has the one path
+  return paths.at(at == std::string::npos ? stage : stage.substr(0, at + std::string(".partial").size()));
 }
 
 StagePath context_kv_path(const DrafterConfig& config, bool key) {
@@ -191,7 +207,8 @@ ErrorModel fixture_error_model(const std::string& expect_precision) {
 }
 
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights) {
-  const double storage_roundings = model.rounds_at_boundaries ? path.boundaries : path.roundings;
+  const double storage_roundings =
+      (model.rounds_at_boundaries ? path.boundaries : path.roundings) + (model.bf16_wire ? path.wire_rms : 0.0);
   const double quantization = count_weights && model.quantized_weights ? path.quantization : 0.0;
   const double activation = model.quantized_activations ? path.activation : 0.0;
   const double variance = storage_roundings * model.storage * model.storage + quantization + activation +
@@ -223,7 +240,10 @@ TolerancePair cross_pair(Precision reference, const std::string& reference_name,
 StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t cols) {
   StageBound bound;
   if (pair.same_rounding_points) {
-    const double n = path.boundaries, u = kUnitRoundoffBf16;
+    const double u = kUnitRoundoffBf16;
+    const bool wire = pair.expected.bf16_wire || pair.actual.bf16_wire;
+    const double n = path.boundaries + (wire ? path.wire_rms : 0.0);
+    const double n_tail = path.boundaries + (wire ? path.wire_tail : 0.0);
     const double accumulation = 2.0 * std::sqrt(static_cast<double>(path.accumulation) * kUnitRoundoffFp32 *
                                                     kUnitRoundoffFp32 + kUnitRoundoffFp32 * kUnitRoundoffFp32);
     // w8a8: each quantized input row may take codes one E4M3 ulp apart where the two sides' bf16
@@ -233,7 +253,7 @@ StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t
     const double flips_max = activations ? path.fp8_gemms * kUnitRoundoffE4M3 : 0.0;
     bound.estimate = std::sqrt(n * u * u + flips) + accumulation;
     bound.rel_rms = 2.0 * std::sqrt(n * u * u + flips) + kSafetyFactor * accumulation;
-    bound.max_rel = 2.0 * (n * u + flips_max) + kSafetyFactor * accumulation;
+    bound.max_rel = 2.0 * (n_tail * u + flips_max) + kSafetyFactor * accumulation;
     // A path without roundings (the embedding's copies, the selector's ids) has no rounding to bias.
     bound.rounding_bias = path.boundaries > 0 || path.roundings > 0;
     return bound;

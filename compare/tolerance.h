@@ -12,6 +12,7 @@
 #include <string>
 
 #include "compare/weight_quantization.h"
+#include "compare/wire_rounding.h"
 #include "core/config.h"
 #include "core/proposer.h"
 
@@ -41,6 +42,10 @@ struct StagePath {
   double quantization = 0;   // sum of δ² over the fp8 GEMMs on the path (δ: relative weight error)
   double activation = 0;     // sum of ε_a² over the same GEMMs (ε_a: relative error of a w8a8 input row,
                              // activation_quantization_error)
+  // The row-parallel reductions on the path, as the bf16 boundaries a side with a bf16 wire adds
+  // (docs/spec/tensor-parallel.md §9.2): Σ_j (1 + ρ_j²) for the norm, Σ_j (1 + ρ∞_j) for the tail.
+  double wire_rms = 0;
+  double wire_tail = 0;
 };
 
 // ε_a of a GEMM of inner length K whose input row a w8a8 drafter quantizes per token
@@ -53,13 +58,16 @@ double activation_quantization_error(int64_t inner);
 // positions the block attends to, `block_width` the clamped width B. `measured`: the quantization
 // error of each fp8 GEMM's weights (compare/weight_quantization.h); without it each fp8 GEMM counts
 // the a-priori bound u_w = 2^-4 of one E4M3 rounding. Every fp8 GEMM also carries its ε_a², which
-// only a w8a8 side counts.
+// only a w8a8 side counts. `wire`: ρ² and ρ∞ of each row-parallel reduction (1 without), which only
+// a side with a bf16 wire counts. Besides the stages, "L{l}.o_proj.partial" and "L{l}.mlp.partial":
+// a rank's partial as it enters its reduction, one bf16 boundary (the wire's rounding of it; in fp32
+// a bound that stays loose by that term) and none of its own reduction.
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,
-                                             const WeightQuantization* measured = nullptr);
+                                             const WeightQuantization* measured = nullptr,
+                                             const WireRounding* wire = nullptr);
 
-// paths.at(stage), and for a rank's partial of a row-parallel stage ("L{l}.o_proj.partial@r{rank}",
-// docs/spec/tensor-parallel.md §7) its stage's path with one bf16 boundary more (the partial as a
-// bf16 wire sends it; in fp32 a bound that stays loose by that term).
+// paths.at(stage), with a rank's partial ("L{l}.o_proj.partial@r{rank}", docs/spec/tensor-parallel.md
+// §7) on the path of its stage's partials.
 StagePath stage_path(const std::map<std::string, StagePath>& paths, const std::string& stage);
 
 // The path of the K (key = true) or V a drafter stores for a context row in any layer: ctx_proj,
@@ -77,6 +85,9 @@ struct ErrorModel {
   bool quantized_weights = false;  // holds per-row E4M3 weights (StagePath::quantization enters)
   double floor = 0;                // contract bound this side alone may use (fp64/fp32 fixtures)
   bool quantized_activations = false;  // w8a8: quantizes the GEMMs' input rows (StagePath::activation enters)
+  // Rounds row-parallel partials and their sum to bf16 (tp_size > 1, tp_reduce_dtype bf16:
+  // docs/spec/tensor-parallel.md §4): StagePath::wire_rms and wire_tail enter as boundaries.
+  bool bf16_wire = false;
 };
 
 // The drafter precisions (core/proposer.h): the reference in that mode, or the CUDA drafter. Their
@@ -89,7 +100,8 @@ ErrorModel fixture_error_model(const std::string& expect_precision);
 
 // Estimated relative RMS error of one side at a stage:
 //   sqrt(n·u_s² + quantization + activation + accumulation·u_a² + u_fp32²)
-// with n the path's boundaries or roundings (ErrorModel::rounds_at_boundaries), the quantization
+// with n the path's boundaries or roundings (ErrorModel::rounds_at_boundaries), plus wire_rms for a
+// side with a bf16 wire, the quantization
 // term only for quantized weights and the activation term only for quantized activations
 // (independent errors add in variance; the last term is the fp32 storage of the result).
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights = true);
@@ -129,6 +141,7 @@ struct StageBound {
 // errors in units of their standard deviation (see docs/tolerances.md, "Tail criterion").
 // Same-precision pairs, n = path.boundaries, A = S·2·sqrt(accumulation·u_a² + u_fp32²):
 //   rel_rms = 2·sqrt(n)·u_bf16 + A,  max_rel = 2·n·u_bf16 + A
+// where a side has a bf16 wire, n is n + wire_rms in rel_rms and n + wire_tail in max_rel
 // (a boundary rounds two values that differ only by fp32 reordering to bf16 values at most one
 // ulp apart: independent over the row for the norm, aligned for the element); and where the path
 // rounds at all, the rounding-bias check (rounding_bias = true). w8a8 pairs add each quantized

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,38 @@ TEST(TensorParallelCli, Fp64PassesEveryAdmittedOracleFixtureAndRefusesTheRest) {
 
 TEST(TensorParallelCli, Bf16WithABf16ReductionPassesEveryAdmittedOracleFixture) {
   replay_every_oracle_fixture({"--precision", "bf16", "--tp-reduce", "bf16"});
+}
+
+// docs/spec/tensor-parallel.md §9.2: a bf16 wire widens the bound of every stage past the first
+// reduction, by ρ measured on the reference's partials, and of no stage before it.
+TEST(TensorParallelCli, Bf16WireWidensTheBoundsPastTheFirstReduction) {
+  const std::string fixture = kOracleDir + "/tiny-mha";
+  const std::string dir = ::testing::TempDir();
+  std::map<std::string, nlohmann::json> docs;
+  for (const std::string wire : {"fp32", "bf16"}) {
+    const std::string path = dir + "/tp-wire-" + wire + ".json";
+    const RunResult r = run_harness(
+        {"replay", fixture, "--tp", "2", "--precision", "bf16", "--tp-reduce", wire, "--json", path});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    docs[wire] = json_of(path);
+  }
+  const nlohmann::json& fp32 = docs["fp32"]["results"][0];
+  const nlohmann::json& bf16 = docs["bf16"]["results"][0];
+  EXPECT_EQ(fp32["pairs"][0]["actual_model"]["bf16_wire"], false);
+  EXPECT_EQ(bf16["pairs"][0]["actual_model"]["bf16_wire"], true);
+  const auto bound_of = [](const nlohmann::json& result, const std::string& stage) {
+    for (const nlohmann::json& s : result["sequences"][0]["stages"]) {
+      if (s["stage"] == stage) return s["bound"]["rel_rms"].get<double>();
+    }
+    ADD_FAILURE() << "no stage " << stage;
+    return 0.0;
+  };
+  for (const std::string stage : {"L0.q", "L0.attn"}) {
+    EXPECT_EQ(bound_of(bf16, stage), bound_of(fp32, stage)) << stage;
+  }
+  for (const std::string stage : {"L0.o_proj", "L0.mlp", "L0.out", "logits"}) {
+    EXPECT_GT(bound_of(bf16, stage), bound_of(fp32, stage)) << stage;
+  }
 }
 
 TEST(TensorParallelCli, OptionsRefusedWithTheContractsTexts) {

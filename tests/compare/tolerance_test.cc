@@ -11,6 +11,7 @@
 
 #include "compare/stage_check.h"
 #include "core/error.h"
+#include "fixtures/geometries.h"
 
 namespace dflash {
 namespace {
@@ -61,7 +62,71 @@ TEST(Tolerance, StagePathsOfAHandConfig) {
   expect_path(paths.at("L0.out"), 29, 7, 136, 7, "out");
   expect_path(paths.at("final_norm"), 31, 7, 144, 8, "final_norm");
   expect_path(paths.at("logits"), 32, 8, 152, 8, "logits");
-  EXPECT_EQ(paths.size(), 13u);
+  // A rank's partial: its stage's path before the reduction, plus the wire's rounding of it.
+  expect_path(paths.at("L0.o_proj.partial"), 20, 4, 96, 6, "o_proj partial");
+  expect_path(paths.at("L0.mlp.partial"), 28, 7, 136, 8, "mlp partial");
+  EXPECT_EQ(paths.size(), 15u);
+  const StagePath& rank3 = stage_path(paths, "L0.mlp.partial@r3");
+  EXPECT_EQ(rank3.boundaries, 8);
+  EXPECT_EQ(stage_path(paths, "L0.mlp").boundaries, 7);
+}
+
+TEST(Tolerance, BfloatWireCountsEachReductionOnThePath) {
+  // docs/spec/tensor-parallel.md §9.2: reduction 2l at o_proj, 2l + 1 at down_proj, each adding
+  // 1 + ρ² (norm) and 1 + ρ∞ (tail); ρ = 1 without measured partials. Two layers, by hand.
+  DrafterConfig c = hand_config();
+  c.num_layers = 2;
+  c.target_layer_ids = {1, 2};
+  const auto unmeasured = stage_paths(c, 10, 4);
+  const std::pair<const char*, double> expect_uncorrelated[] = {
+      {"L0.attn", 0}, {"L0.o_proj.partial", 0}, {"L0.o_proj", 2}, {"L0.mlp_norm", 2}, {"L0.mlp.partial", 2},
+      {"L0.mlp", 4},  {"L0.out", 4},            {"L1.attn", 4},   {"L1.o_proj", 6},   {"L1.mlp", 8},
+      {"final_norm", 8}, {"logits", 8}};
+  for (const auto& [stage, wire] : expect_uncorrelated) {
+    EXPECT_DOUBLE_EQ(unmeasured.at(stage).wire_rms, wire) << stage;
+    EXPECT_DOUBLE_EQ(unmeasured.at(stage).wire_tail, wire) << stage;
+  }
+  const WireRounding measured{{3.0, 5.0, 0.5, 1.0}, {2.0, 4.0, 1.5, 1.0}};
+  const auto paths = stage_paths(c, 10, 4, nullptr, &measured);
+  EXPECT_DOUBLE_EQ(paths.at("L0.o_proj").wire_rms, 4.0);
+  EXPECT_DOUBLE_EQ(paths.at("L0.o_proj").wire_tail, 3.0);
+  EXPECT_DOUBLE_EQ(paths.at("L0.mlp").wire_rms, 4.0 + 6.0);
+  EXPECT_DOUBLE_EQ(paths.at("L0.mlp").wire_tail, 3.0 + 5.0);
+  EXPECT_DOUBLE_EQ(paths.at("L1.mlp.partial").wire_rms, 10.0 + 1.5);
+  EXPECT_DOUBLE_EQ(paths.at("logits").wire_rms, 10.0 + 1.5 + 2.0);
+  EXPECT_DOUBLE_EQ(paths.at("logits").wire_tail, 8.0 + 2.5 + 2.0);
+  // Everything else on the path is unchanged by the measurement.
+  EXPECT_EQ(paths.at("logits").boundaries, unmeasured.at("logits").boundaries);
+  const WireRounding short_by_one{{1.0}, {1.0}};
+  EXPECT_THROW(stage_paths(c, 10, 4, nullptr, &short_by_one), HarnessError);
+}
+
+TEST(Tolerance, OnlyABfloatWireSideCountsTheWire) {
+  StagePath path = {0, 0, 0, 36, 0.0};
+  path.wire_rms = 20;
+  path.wire_tail = 30;
+  const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
+  const ErrorModel plain = error_model(Precision::kBf16);
+  ErrorModel wired = plain;
+  wired.bf16_wire = true;
+  EXPECT_NEAR(relative_error_estimate(plain, path), std::sqrt(36 * u * u + u32 * u32), 1e-15);
+  EXPECT_NEAR(relative_error_estimate(wired, path), std::sqrt(56 * u * u + u32 * u32), 1e-15);
+  // Same rounding points: the example of §9.2, Qwen3-8B's logits with ρ = 1 (b = 36, ten
+  // reductions): 2·sqrt(36)·2^-8 becomes 2·sqrt(56)·2^-8; the tail counts 1 + ρ∞ per reduction.
+  TolerancePair pair = cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16");
+  const double a = 2.0 * kSafetyFactor * u32;  // accumulation 0: A = S·2·u_fp32
+  const StageBound fp32_wire = stage_bound(pair, path, 4096);
+  EXPECT_NEAR(fp32_wire.rel_rms, 2.0 * std::sqrt(36.0) * u + a, 1e-15);
+  EXPECT_NEAR(fp32_wire.max_rel, 2.0 * 36.0 * u + a, 1e-15);
+  pair.expected.bf16_wire = pair.actual.bf16_wire = true;
+  const StageBound bf16_wire = stage_bound(pair, path, 4096);
+  EXPECT_NEAR(bf16_wire.rel_rms, 2.0 * std::sqrt(56.0) * u + a, 1e-15);
+  EXPECT_NEAR(bf16_wire.rel_rms, 0.0585 + a, 5e-4);
+  EXPECT_NEAR(bf16_wire.max_rel, 2.0 * 66.0 * u + a, 1e-15);
+  // The path counts of that example (EveryPair shows the wider bounds fail just past them).
+  const StagePath qwen = stage_paths(make_config(qwen3_8b_geometry()), 16, 16).at("logits");
+  EXPECT_EQ(qwen.boundaries, 36);
+  EXPECT_DOUBLE_EQ(qwen.wire_rms, 20.0);
 }
 
 TEST(Tolerance, MeasuredQuantizationFollowsTheGemmsOnThePath) {
@@ -244,6 +309,13 @@ struct PairCase {
   TolerancePair pair;
 };
 
+// A tensor-parallel side that reduces on a bf16 wire (docs/spec/tensor-parallel.md §9.2).
+TolerancePair on_bf16_wire(TolerancePair pair, bool expected_side) {
+  pair.actual.bf16_wire = true;
+  pair.expected.bf16_wire = expected_side;
+  return pair;
+}
+
 class EveryPair : public ::testing::TestWithParam<int> {};
 
 std::vector<PairCase> pair_cases() {
@@ -258,13 +330,18 @@ std::vector<PairCase> pair_cases() {
       {"fixture fp64 vs reference w8a8", fixture_pair("fp64", Precision::kW8a8, "reference-w8a8")},
       {"reference w8a8 vs cuda w8a8", cross_pair(Precision::kW8a8, "reference-w8a8", Precision::kW8a8, "cuda-w8a8")},
       {"reference bf16 vs cuda w8a8", cross_pair(Precision::kBf16, "reference-bf16", Precision::kW8a8, "cuda-w8a8")},
+      {"fixture fp64 vs reference bf16, bf16 wire",
+       on_bf16_wire(fixture_pair("fp64", Precision::kBf16, "reference-bf16"), false)},
+      {"reference bf16 vs cuda bf16, both on a bf16 wire",
+       on_bf16_wire(cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16"), true)},
   };
 }
 
 // Paths of the pair tests: a short one without fp8 GEMMs, and a long one whose 8 fp8 GEMMs carry
-// the a-priori weight term and the activation term of K = 64.
+// the a-priori weight term and the activation term of K = 64, and whose two reductions a bf16 wire
+// rounds with ρ = 1.
 const StagePath kShortPath = {3, 0, 24, 2, 0.0, 0.0};
-const StagePath kLongPath = {32, 8, 152, 9, 8 * 0x1p-8, 8 * 0x1p-8};
+const StagePath kLongPath = {32, 8, 152, 9, 8 * 0x1p-8, 8 * 0x1p-8, 4.0, 4.0};
 
 constexpr int64_t kCols = 64;
 
@@ -323,7 +400,7 @@ TEST_P(EveryPair, NanAlwaysFails) {
   EXPECT_TRUE(std::isinf(check.ratio));
 }
 
-INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, 10));
+INSTANTIATE_TEST_SUITE_P(Pairs, EveryPair, ::testing::Range(0, static_cast<int>(pair_cases().size())));
 
 TEST(Tolerance, ShapeFaultFails) {
   const StageBound bound = stage_bound(fixture_pair("bf16", Precision::kFp64, "r"), StagePath{3, 0, 24, 2, 0.0}, 4);
