@@ -125,6 +125,23 @@ std::string first_bit_difference(const float* judged_logits, const float* tapped
   return "";
 }
 
+// Where a second pass's fp32 residual stream (h after the last layer, `rows` rows of `hidden`)
+// differs from the judged pass, bit for bit; empty if nowhere. It sees an fp32 reordering (a
+// reduction summed in another order under graphs) that no bf16 rounding downstream happened to flip.
+std::string first_residual_difference(const std::vector<float>& judged, const std::vector<float>& tapped,
+                                      int64_t row0, int64_t rows, int64_t hidden) {
+  for (int64_t r = row0; r < row0 + rows; ++r) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      const float a = judged[static_cast<size_t>(r * hidden + c)], b = tapped[static_cast<size_t>(r * hidden + c)];
+      if (std::memcmp(&a, &b, sizeof a) != 0) {
+        return "residual stream h[" + std::to_string(r - row0) + ", " + std::to_string(c) + "] after the last layer: judged pass " +
+               std::to_string(a) + ", tapped pass " + std::to_string(b);
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>& batch, bool want_taps) {
@@ -170,15 +187,29 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
   if (taps == nullptr) return outputs;
 
   // Taps: a second, eager pass over the same device inputs (the block forward writes no pool
-  // slot, so it recomputes the judged pass); its logits and tokens must equal the judged ones.
+  // slot, so it recomputes the judged pass); its residual stream, logits and tokens must equal the
+  // judged ones.
+  const int64_t hidden = config_.hidden_size;
+  const auto residual = [&] {
+    std::vector<float> out(static_cast<size_t>(static_cast<int64_t>(nb) * width * hidden));
+    DFLASH_CUDA_CHECK(cudaMemcpyAsync(out.data(), h_.get(), out.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    DFLASH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return out;
+  };
+  const std::vector<float> judged_h = residual();
   enqueue_block_forward(nb, width, taps);
   copy_back();
+  const std::vector<float> tapped_h = residual();
   for (int b = 0; b < nb; ++b) {
     ProposeOutput& out = outputs[static_cast<size_t>(b)];
     const int64_t row0 = static_cast<int64_t>(b) * (width - 1);
     out.path.taps_from_second_pass = true;
-    out.path.tap_pass_difference = first_bit_difference(out.logits.values.data(), h_logits_.get() + row0 * vocab,
-                                                        out.draft_tokens.data(), h_tokens_.get() + row0, width - 1, vocab);
+    out.path.tap_pass_difference =
+        first_residual_difference(judged_h, tapped_h, static_cast<int64_t>(b) * width, width, hidden);
+    if (out.path.tap_pass_difference.empty()) {
+      out.path.tap_pass_difference = first_bit_difference(out.logits.values.data(), h_logits_.get() + row0 * vocab,
+                                                          out.draft_tokens.data(), h_tokens_.get() + row0, width - 1, vocab);
+    }
     out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
     const float* first = h_logits_.get() + row0 * vocab;
     // In forward order: right after final_norm (DFlash2's selector taps follow the logits).
