@@ -116,7 +116,7 @@ class Replayer {
     }
     // The fp8 and w8a8 envelopes are derived from the quantization error of these weights
     // (docs/tolerances.md).
-    if (fp8 && fixture.weights) quantization_ = measure_weight_quantization(*fixture.weights, 0, options.tp_size);
+    if (fp8 && fixture.weights) quantization_ = measure_weight_quantization(*fixture.weights);
     for (size_t i = 0; i < lanes_.size(); ++i) {
       if (!lanes_[i].compare_with_fixture) continue;
       PairSummary pair;

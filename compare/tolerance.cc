@@ -113,10 +113,9 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kBoundary;
     const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
-    // A rank's partial moves by its own slice's δ (WeightQuantization::Layer::o_slice).
-    paths[stage_name(StageKind::kOProj, l) + ".partial"] =
-        attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o_slice)) + kBoundary;
-    const StagePath o_proj_out = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o)) + reduction(rho, 2 * l);
+    const StagePath o_partial = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
+    paths[stage_name(StageKind::kOProj, l) + ".partial"] = o_partial + kBoundary;
+    const StagePath o_proj_out = o_partial + reduction(rho, 2 * l);
     paths[stage_name(StageKind::kOProj, l)] = o_proj_out;
     const StagePath o_proj = config.dflash2.enabled ? o_proj_out + attn_coef + conv_own : o_proj_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kAttnConvOut, l)] = o_proj;
@@ -130,11 +129,11 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
       paths[stage_name(StageKind::kMlpConvIn, l)] = mlp_norm;
     }
     // gate and up (independent branches), silu, product stored as bf16, down.
-    const StagePath activation = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) +
-                                 fp8_gemm(H, delta.layer(l, &L::up)) + kElementwise + kElementwise + kBoundary;
-    paths[stage_name(StageKind::kMlp, l) + ".partial"] =
-        activation + fp8_gemm(I, delta.layer(l, &L::down_slice)) + kBoundary;
-    const StagePath mlp_out = activation + fp8_gemm(I, delta.layer(l, &L::down)) + reduction(rho, 2 * l + 1);
+    const StagePath mlp_partial = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) +
+                                  fp8_gemm(H, delta.layer(l, &L::up)) + kElementwise + kElementwise + kBoundary +
+                                  fp8_gemm(I, delta.layer(l, &L::down));
+    paths[stage_name(StageKind::kMlp, l) + ".partial"] = mlp_partial + kBoundary;
+    const StagePath mlp_out = mlp_partial + reduction(rho, 2 * l + 1);
     paths[stage_name(StageKind::kMlp, l)] = mlp_out;
     const StagePath mlp = config.dflash2.enabled ? mlp_out + mlp_coef + conv_own : mlp_out;
     if (config.dflash2.enabled) paths[stage_name(StageKind::kMlpConvOut, l)] = mlp;
