@@ -70,9 +70,10 @@ bool has_bf16_wire(const DraftProposer& proposer) {
   return settings.tp_size > 1 && settings.tp_reduce_dtype == TpReduceDtype::kBf16;
 }
 
+bool is_partial_tap(const std::string& name) { return name.find(".partial@r") != std::string::npos; }
+
 bool has_partial_taps(const std::vector<const Tap*>& taps) {
-  return std::any_of(taps.begin(), taps.end(),
-                     [](const Tap* tap) { return tap->name.find(".partial@r") != std::string::npos; });
+  return std::any_of(taps.begin(), taps.end(), [](const Tap* tap) { return is_partial_tap(tap->name); });
 }
 
 const ProposeOutput* find_output(const std::vector<ProposeOutput>& outputs, int seq) {
@@ -413,6 +414,10 @@ class Replayer {
       selector = align_selector_taps(expected.taps, actual->taps, *expected.logits, rms_bound, *expected.draft_tokens);
     }
     for (const Tap* tap : expected.taps) {
+      // A rank's partial is judged where both sides round at the same points (docs/spec/tensor-parallel.md
+      // §7). Across precisions (the fp8 envelope) its reduced stage is: the envelope's weight term is
+      // an expectation over a whole row's K terms, and a partial's K/N terms may cancel.
+      if (is_partial_tap(tap->name) && !pair.tolerance.same_rounding_points) continue;
       const Tap* got = find_tap(*actual, tap->name);
       if (selector) {
         for (const Tap& aligned : selector->taps) {

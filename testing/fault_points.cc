@@ -113,6 +113,9 @@ const std::vector<PlantedMutation>& mutation_registry() {
       {Mutation::kTpGraphReductionOrder, "tp-graph-reduction-order", "reduction order of the graph differs from eager",
        "under graph capture the row-parallel partials are summed from the last rank down", "invariant",
        "taps-change-result", "oracle/tiny-mha", "bf16", 4},
+      {Mutation::kTpShardTopkUnmerged, "tp-shard-topk-unmerged", "per-shard top-k without the global merge",
+       "the DFlash2 selector's merge reads rank 0's shard candidates alone", "replay", "selector.topk_ids",
+       "oracle/d2-tiny", "bf16", 2},
   };
   return registry;
 }

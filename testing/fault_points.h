@@ -52,6 +52,7 @@ enum class Mutation : int {
   kTpMissingAllReduce,
   kTpVocabOffset,
   kTpGraphReductionOrder,
+  kTpShardTopkUnmerged,
 };
 
 struct PlantedMutation {

@@ -301,7 +301,7 @@ void CudaDrafter::allocate_buffers() {
     conv_coef_.allocate(n(rows * config_.conv_coef_dim()));
     conv_out_.allocate(n(rows * h));
     hidden_proj_.allocate(n(draft_rows * config_.dflash2.selector_rank));
-    topk_keys_.allocate(n(selector_topk_keys(draft_rows, vocab, static_cast<int>(top_k))));
+    topk_keys_.allocate(n(selector_topk_keys(draft_rows, vocab, static_cast<int>(top_k), tp_)));
     topk_ids_.allocate(n(draft_rows * top_k));
     topk_values_.allocate(n(draft_rows * top_k));
     unary_.allocate(n(draft_rows * top_k));

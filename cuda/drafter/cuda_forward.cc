@@ -441,6 +441,7 @@ SelectorArgs CudaDrafter::selector_args(int batch, int block_width) const {
   s.slots = block_width - 1;
   s.vocab = config_.vocab_size;
   s.top_k = d2.selector_top_k;
+  s.shards = tp_;  // each rank's top-K of its vocabulary shard, merged (tensor-parallel.md §5.3)
   s.rank = d2.selector_rank;
   s.output_multiplier = static_cast<float>(d2.output_multiplier);
   s.softcap = static_cast<float>(d2.final_logit_softcapping);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/launch.cuh"
+#include "testing/fault_points.h"
 
 namespace dflash {
 namespace {
@@ -104,7 +105,11 @@ __device__ void smallest_keys(int top_k, const KeyAt& key_at, int64_t n, uint64_
   }
 }
 
-__host__ __device__ constexpr int64_t topk_slices(int64_t vocab) { return (vocab + kSelectorTopkSlice - 1) / kSelectorTopkSlice; }
+// Slices per vocabulary shard, and in a row: each shard of vocab / shards logits is cut on its own.
+__host__ __device__ constexpr int64_t shard_slices(int64_t vocab, int shards) {
+  return (vocab / shards + kSelectorTopkSlice - 1) / kSelectorTopkSlice;
+}
+__host__ __device__ constexpr int64_t topk_slices(int64_t vocab, int shards) { return shards * shard_slices(vocab, shards); }
 
 // The threshold top-K, step 1: one CTA per (mask row, slice of kSelectorTopkSlice logits) writes
 // its slice's K smallest keys (kNoKey past the slice's length) to topk_keys, so that a row's
@@ -115,10 +120,11 @@ __global__ void __launch_bounds__(kTopkThreads) selector_topk_slices_kernel(Sele
   extern __shared__ uint64_t candidates[];  // [kTopkCandidates]
   __shared__ uint64_t scratch[kTopkThreads / 32];
   __shared__ int count;
-  const int64_t slices = topk_slices(a.vocab);
+  const int64_t slices = topk_slices(a.vocab, a.shards), per_shard = shard_slices(a.vocab, a.shards);
   const int64_t row = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int64_t begin = slice * kSelectorTopkSlice;
-  const int64_t n = min(kSelectorTopkSlice, a.vocab - begin);
+  const int64_t shard_vocab = a.vocab / a.shards, within = (slice % per_shard) * kSelectorTopkSlice;
+  const int64_t begin = (slice / per_shard) * shard_vocab + within;
+  const int64_t n = min(kSelectorTopkSlice, shard_vocab - within);
   const float* logits = a.logits + row * a.vocab + begin;
   uint64_t* out = a.topk_keys + (row * slices + slice) * a.top_k;
   smallest_keys(
@@ -128,15 +134,16 @@ __global__ void __launch_bounds__(kTopkThreads) selector_topk_slices_kernel(Sele
       });
 }
 
-// Step 2: one CTA per mask row picks the K smallest of its slices' keys, and stores their ids,
-// logits and unary scores (multiplier, then softcap).
-__global__ void __launch_bounds__(kTopkThreads) selector_topk_merge_kernel(SelectorArgs a) {
+// Step 2: one CTA per mask row picks the K smallest of its slices' keys (`merged` of the row's
+// `per_row`), and stores their ids, logits and unary scores (multiplier, then softcap).
+__global__ void __launch_bounds__(kTopkThreads) selector_topk_merge_kernel(SelectorArgs a, int64_t per_row,
+                                                                             int64_t merged) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ uint64_t scratch[kTopkThreads / 32];
   const int64_t row = blockIdx.x;
-  const int64_t n = topk_slices(a.vocab) * a.top_k;
-  const uint64_t* keys = a.topk_keys + row * n;
+  const int64_t n = merged;
+  const uint64_t* keys = a.topk_keys + row * per_row;
   select_rounds(a.top_k, [&](int64_t i) { return keys[i]; }, n, scratch, [&](int c, uint64_t key) {
     if (threadIdx.x != 0) return;
     const int64_t k = row * a.top_k + c;
@@ -271,7 +278,9 @@ constexpr size_t kTopkSmemBytes = kTopkCandidates * sizeof(uint64_t);
 // Within the 48 KB a launch may ask for without cudaFuncAttributeMaxDynamicSharedMemorySize.
 static_assert(kTopkSmemBytes <= 48 * 1024, "the slices kernel's candidates need an opt-in above 48 KB");
 
-int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k) { return rows * topk_slices(vocab) * top_k; }
+int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k, int shards) {
+  return rows * topk_slices(vocab, shards) * top_k;
+}
 
 void launch_selector_topk(const SelectorArgs& a, SelectorTopK kernel, cudaStream_t stream, bool pdl) {
   const int64_t rows = static_cast<int64_t>(a.batch) * a.slots;
@@ -280,15 +289,23 @@ void launch_selector_topk(const SelectorArgs& a, SelectorTopK kernel, cudaStream
                   dim3(kPlainTopkThreads), 0, stream, pdl, a);
     return;
   }
-  const int64_t ctas = rows * topk_slices(a.vocab);
+  if (a.shards < 1 || a.vocab % a.shards != 0) {
+    throw internal_error("selector top-K: " + std::to_string(a.shards) + " shards of a vocabulary of " +
+                         std::to_string(a.vocab));
+  }
+  const int64_t slices = topk_slices(a.vocab, a.shards);
+  const int64_t ctas = rows * slices;
   if (ctas > INT32_MAX) {
-    throw internal_error("selector top-K: " + std::to_string(rows) + " rows x " + std::to_string(topk_slices(a.vocab)) +
+    throw internal_error("selector top-K: " + std::to_string(rows) + " rows x " + std::to_string(slices) +
                          " slices exceed the grid");
   }
+  const int64_t per_row = slices * a.top_k;
+  int64_t merged = per_row;
+  DFLASH_MUTATE(kernel_mutation(), kTpShardTopkUnmerged, if (a.shards > 1) merged = shard_slices(a.vocab, a.shards) * a.top_k);
   launch_kernel(DFLASH_KERNEL_SITE("selector_topk_slices_kernel"), selector_topk_slices_kernel, dim3(static_cast<unsigned>(ctas)),
                 dim3(kTopkThreads), kTopkSmemBytes, stream, pdl, a);
   launch_kernel(DFLASH_KERNEL_SITE("selector_topk_merge_kernel"), selector_topk_merge_kernel, dim3(static_cast<unsigned>(rows)),
-                dim3(kTopkThreads), 0, stream, pdl, a);
+                dim3(kTopkThreads), 0, stream, pdl, a, per_row, merged);
 }
 
 void launch_selector_walk(const SelectorArgs& a, cudaStream_t stream, bool pdl) {

@@ -6,7 +6,8 @@
 // the draft tokens.
 //
 // The kernels: top-K, over slices of each mask row, then a merge per row (a row's candidates depend
-// on that row only); edge scores, one warp per score; the walk, one warp per sequence. Every value
+// on that row only; at TP = N the slices lie inside the N vocabulary shards and the merge is
+// docs/spec/tensor-parallel.md §5.3's global merge of the shards' candidates); edge scores, one warp per score; the walk, one warp per sequence. Every value
 // is reduced in a fixed order and the top-K order is total: same inputs, same bits, whatever the
 // batch. Nothing is allocated: graph-capturable.
 #pragma once
@@ -28,6 +29,7 @@ struct SelectorArgs {
   int slots = 0;  // n = B - 1 mask rows per sequence; row r of the buffers is sequence r / n, slot r % n
   int64_t vocab = 0;
   int top_k = 0;  // K
+  int shards = 1;  // vocabulary shards (tensor-parallel.md §5.3), dividing vocab: no slice crosses one
   int rank = 0;   // r
   float output_multiplier = 1.0f;
   float softcap = 0.0f;  // 0: off
@@ -48,12 +50,12 @@ struct SelectorArgs {
 
 // The top-K kernel (selector_topk): threshold (default) splits each row into slices, passes over
 // each slice twice, keeping the elements at or before the K-th of its threads' firsts in shared
-// memory, then merges the slices' K best (two launches); plain makes K passes over the row. The top
-// K of a total order is unique: both give the same bits.
+// memory, then merges the slices' K best (two launches); plain makes K passes over the row (whole,
+// at any shard count). The top K of a total order is unique: both give the same bits.
 enum class SelectorTopK { kThreshold, kPlain };
 
 // The keys SelectorArgs::topk_keys must hold for the threshold kernel.
-int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k);
+int64_t selector_topk_keys(int64_t rows, int64_t vocab, int top_k, int shards = 1);
 
 void launch_selector_topk(const SelectorArgs& args, SelectorTopK kernel, cudaStream_t stream, bool pdl);
 // The edge scores, then the walk (two launches; the kernel class selector_walk).

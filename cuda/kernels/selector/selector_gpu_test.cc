@@ -121,17 +121,19 @@ std::string first_difference(const TopK& got, const TopK& want, int top_k) {
   return "";
 }
 
-TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, int rows, SelectorTopK kernel) {
+TopK device_top_k(const std::vector<float>& logits, int64_t vocab, int top_k, int rows, SelectorTopK kernel,
+                  int shards = 1) {
   const DeviceBuffer<float> d_logits = gpu_test::to_device(logits);
   const size_t n = static_cast<size_t>(rows) * top_k;
   DeviceBuffer<int32_t> ids(n);
   DeviceBuffer<float> values(n), unary(n);
-  DeviceBuffer<uint64_t> keys(static_cast<size_t>(selector_topk_keys(rows, vocab, top_k)));
+  DeviceBuffer<uint64_t> keys(static_cast<size_t>(selector_topk_keys(rows, vocab, top_k, shards)));
   SelectorArgs a;
   a.batch = rows;
   a.slots = 1;
   a.vocab = vocab;
   a.top_k = top_k;
+  a.shards = shards;
   a.output_multiplier = kMultiplier;
   a.softcap = 0.0f;
   a.logits = d_logits.get();
@@ -166,6 +168,15 @@ TEST(SelectorTopKGpu, MatchesAHostSortInTheTopKOrder) {
       // Run to run: the same bits.
       const TopK again = device_top_k(logits, c.vocab, c.top_k, c.rows, kernel);
       EXPECT_EQ(first_difference(again, got, c.top_k), "") << kernel_name;
+    }
+    // Vocabulary shards (docs/spec/tensor-parallel.md §5.3): each shard's top K, merged, is the
+    // one-device top K, ids and order (shards of fewer than K logits included).
+    for (int shards : {2, 4, 8}) {
+      if (c.vocab % shards != 0) continue;
+      const TopK got = device_top_k(logits, c.vocab, c.top_k, c.rows, SelectorTopK::kThreshold, shards);
+      const std::string difference = first_difference(got, want, c.top_k);
+      EXPECT_EQ(difference, "") << shards << " shards";
+      std::printf("[selector] %d shards %-36s: %s\n", shards, c.name, difference.empty() ? "exact" : difference.c_str());
     }
   }
 }
