@@ -116,6 +116,11 @@ const std::vector<PlantedMutation>& mutation_registry() {
       {Mutation::kTpShardTopkUnmerged, "tp-shard-topk-unmerged", "per-shard top-k without the global merge",
        "the DFlash2 selector's merge reads rank 0's shard candidates alone", "replay", "selector.topk_ids",
        "oracle/d2-tiny", "bf16", 2},
+      // One pool holds every shard's KV heads (docs/cuda-drafter.md): the generic attention kernel's
+      // query heads read the KV heads one TP 2 shard over.
+      {Mutation::kTpWrongShardKvHeads, "tp-wrong-shard-kv-heads", "KV heads assigned to the wrong shard",
+       "rank r's query heads read rank r + 1's KV heads (the generic attention kernel, half the KV heads "
+       "away)", "replay", "L0.attn", "oracle/tiny-mha", "bf16", 2},
   };
   return registry;
 }

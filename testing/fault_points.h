@@ -53,6 +53,7 @@ enum class Mutation : int {
   kTpVocabOffset,
   kTpGraphReductionOrder,
   kTpShardTopkUnmerged,
+  kTpWrongShardKvHeads,
 };
 
 struct PlantedMutation {

@@ -73,8 +73,10 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
   __shared__ const __nv_bfloat16* v_src[kAttentionChunk];
 
   // Where each key of the chunk lives (one page-table lookup per key), then the copy.
+  int kv_read = kv_head;
+  DFLASH_DEVICE_MUTATE(kTpWrongShardKvHeads, kv_read = (kv_head + a.num_kv_heads / 2) % a.num_kv_heads);
   for (int jj = threadIdx.x; jj < keys; jj += kPartialThreads) {
-    const KeyRows rows = key_rows(a, w, b, first_key + jj, kv_head);
+    const KeyRows rows = key_rows(a, w, b, first_key + jj, kv_read);
     k_src[jj] = rows.k;
     v_src[jj] = rows.v;
   }
