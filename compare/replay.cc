@@ -70,7 +70,7 @@ bool has_bf16_wire(const DraftProposer& proposer) {
   return settings.tp_size > 1 && settings.tp_reduce_dtype == TpReduceDtype::kBf16;
 }
 
-bool is_partial_tap(const std::string& name) { return name.find(".partial@r") != std::string::npos; }
+bool is_partial_tap(const std::string& name) { return !partial_family_of(name).empty(); }
 
 bool has_partial_taps(const std::vector<const Tap*>& taps) {
   return std::any_of(taps.begin(), taps.end(), [](const Tap* tap) { return is_partial_tap(tap->name); });

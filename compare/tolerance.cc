@@ -114,7 +114,7 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
     const StagePath o_partial = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
-    paths[stage_name(StageKind::kOProj, l) + ".partial"] = o_partial + kBoundary;
+    paths[partial_family(StageKind::kOProj, l)] = o_partial + kBoundary;
     const StagePath o_proj_out = o_partial + reduction(rho, 2 * l);
     paths[stage_name(StageKind::kOProj, l)] = o_proj_out;
     const StagePath o_proj = config.dflash2.enabled ? o_proj_out + attn_coef + conv_own : o_proj_out;
@@ -132,7 +132,7 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     const StagePath mlp_partial = mlp_norm + fp8_gemm(H, delta.layer(l, &L::gate)) +
                                   fp8_gemm(H, delta.layer(l, &L::up)) + kElementwise + kElementwise + kBoundary +
                                   fp8_gemm(I, delta.layer(l, &L::down));
-    paths[stage_name(StageKind::kMlp, l) + ".partial"] = mlp_partial + kBoundary;
+    paths[partial_family(StageKind::kMlp, l)] = mlp_partial + kBoundary;
     const StagePath mlp_out = mlp_partial + reduction(rho, 2 * l + 1);
     paths[stage_name(StageKind::kMlp, l)] = mlp_out;
     const StagePath mlp = config.dflash2.enabled ? mlp_out + mlp_coef + conv_own : mlp_out;
@@ -163,8 +163,8 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
 }
 
 StagePath stage_path(const std::map<std::string, StagePath>& paths, const std::string& stage) {
-  const size_t at = stage.rfind(".partial@r");  // every rank's partial has the one path
-  return paths.at(at == std::string::npos ? stage : stage.substr(0, at + std::string(".partial").size()));
+  const std::string family = partial_family_of(stage);  // every rank's partial has the one path
+  return paths.at(family.empty() ? stage : family);
 }
 
 StagePath context_kv_path(const DrafterConfig& config, bool key) {

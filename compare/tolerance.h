@@ -59,7 +59,7 @@ double activation_quantization_error(int64_t inner);
 // error of each fp8 GEMM's weights (compare/weight_quantization.h); without it each fp8 GEMM counts
 // the a-priori bound u_w = 2^-4 of one E4M3 rounding. Every fp8 GEMM also carries its ε_a², which
 // only a w8a8 side counts. `wire`: ρ² and ρ∞ of each row-parallel reduction (1 without), which only
-// a side with a bf16 wire counts. Besides the stages, "L{l}.o_proj.partial" and "L{l}.mlp.partial":
+// a side with a bf16 wire counts. Besides the stages, each partial_family (core/stages.h):
 // a rank's partial as it enters its reduction, one bf16 boundary (the wire's rounding of it; in fp32
 // a bound that stays loose by that term) and none of its own reduction.
 std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_t window, int block_width,

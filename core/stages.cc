@@ -59,11 +59,21 @@ const char* stage_kind_name(StageKind kind) {
 
 bool has_partials(StageKind kind) { return kind == StageKind::kOProj || kind == StageKind::kMlp; }
 
+// A rank's partial: "{stage}{kPartial}{kRank}{rank}".
+constexpr char kPartial[] = ".partial";
+constexpr char kRank[] = "@r";
+
 std::string stage_name(StageKind kind, int layer, int rank) {
   if (!is_layer_stage(kind)) return stage_kind_name(kind);
-  std::string name = "L" + std::to_string(layer) + "." + stage_kind_name(kind);
-  if (rank >= 0) name += ".partial@r" + std::to_string(rank);
-  return name;
+  if (rank >= 0) return partial_family(kind, layer) + kRank + std::to_string(rank);
+  return "L" + std::to_string(layer) + "." + stage_kind_name(kind);
+}
+
+std::string partial_family(StageKind kind, int layer) { return stage_name(kind, layer) + kPartial; }
+
+std::string partial_family_of(const std::string& name) {
+  const size_t at = name.rfind(std::string(kPartial) + kRank);
+  return at == std::string::npos ? "" : name.substr(0, at + sizeof(kPartial) - 1);
 }
 
 std::vector<std::string> forward_stage_order(int num_layers, bool dflash2, int tp_size) {
@@ -86,9 +96,10 @@ std::vector<std::string> forward_stage_order(int num_layers, bool dflash2, int t
 
 bool parse_stage_name(const std::string& name, int num_layers, StageId* out, bool dflash2, int tp_size) {
   // A rank's partial: "{row-parallel stage}.partial@r{rank}", rank < tp_size.
-  const size_t at = name.rfind(".partial@r");
-  if (at != std::string::npos) {
-    const std::string digits = name.substr(at + 10);
+  const std::string family = partial_family_of(name);
+  if (!family.empty()) {
+    const size_t at = family.size() - (sizeof(kPartial) - 1);  // where the stage's name ends
+    const std::string digits = name.substr(family.size() + sizeof(kRank) - 1);
     if (digits.empty() || digits.size() > 3 || (digits.size() > 1 && digits[0] == '0')) return false;
     for (char c : digits) {
       if (c < '0' || c > '9') return false;

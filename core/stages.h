@@ -56,6 +56,14 @@ const char* stage_kind_name(StageKind kind);
 // for a rank's partial.
 std::string stage_name(StageKind kind, int layer = -1, int rank = -1);
 inline std::string stage_name(const StageId& id) { return stage_name(id.kind, id.layer, id.rank); }
+// The name a row-parallel stage's partials share with their rank left out, "L{l}.o_proj.partial"
+// (the tolerance model gives every rank's partial one path); stage_name(kind, layer, rank) is it
+// followed by "@r{rank}".
+std::string partial_family(StageKind kind, int layer);
+// The partial_family of a name written as a rank's partial ("L3.mlp.partial@r1" gives
+// "L3.mlp.partial"); "" for any other name. Layers and ranks are not checked against a drafter:
+// parse_stage_name does that.
+std::string partial_family_of(const std::string& name);
 
 // "ctx_proj", "embed", "L0.attn_norm", "L0.q", "L0.k", "L0.v", "L0.attn", "L0.o_proj",
 // "L0.mlp_norm", "L0.mlp", "L0.out", "L1.attn_norm", ..., "final_norm", "logits".

@@ -95,6 +95,13 @@ TEST(Stages, TensorParallelPartialsComeBeforeTheirStage) {
   }
   EXPECT_FALSE(parse_stage_name("L0.o_proj.partial@r0", 2, &id)) << "no partials at TP = 1";
   EXPECT_EQ(stage_order_index("L0.o_proj.partial@r0", 1), -1);
+  // Every rank's partial shares its family, which no other stage name has.
+  EXPECT_EQ(partial_family(StageKind::kMlp, 3), "L3.mlp.partial");
+  EXPECT_EQ(partial_family_of(stage_name(StageKind::kMlp, 3, 1)), "L3.mlp.partial");
+  EXPECT_EQ(partial_family_of("L0.o_proj.partial@r0"), partial_family(StageKind::kOProj, 0));
+  for (const char* other : {"L0.o_proj", "L0.o_proj.partial", "logits", "selector.topk_ids"}) {
+    EXPECT_EQ(partial_family_of(other), "") << other;
+  }
 }
 
 }  // namespace
