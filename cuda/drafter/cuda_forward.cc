@@ -106,40 +106,35 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
 
 namespace {
 
-// Where a second pass's logits or tokens differ from the judged pass, bit for bit; empty if nowhere.
-std::string first_bit_difference(const float* judged_logits, const float* tapped_logits, const int32_t* judged_tokens,
-                                 const int32_t* tapped_tokens, int64_t rows, int64_t vocab) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < vocab; ++c) {
-      const float a = judged_logits[r * vocab + c], b = tapped_logits[r * vocab + c];
-      if (std::memcmp(&a, &b, sizeof a) != 0) {
-        return "logits[" + std::to_string(r) + ", " + std::to_string(c) + "]: judged pass " + std::to_string(a) +
-               ", tapped pass " + std::to_string(b);
-      }
-    }
-    if (judged_tokens[r] != tapped_tokens[r]) {
-      return "draft token " + std::to_string(r) + ": judged pass " + std::to_string(judged_tokens[r]) +
-             ", tapped pass " + std::to_string(tapped_tokens[r]);
+// The first element where a second pass's floats differ from the judged pass's, bit for bit, as
+// "what[r, c]: judged pass a, tapped pass b"; empty if nowhere.
+std::string first_float_difference(const std::string& what, const float* judged, const float* tapped, int64_t rows,
+                                   int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (std::memcmp(judged + i, tapped + i, sizeof(float)) != 0) {
+      return what + "[" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]: judged pass " +
+             std::to_string(judged[i]) + ", tapped pass " + std::to_string(tapped[i]);
     }
   }
   return "";
 }
 
-// Where a second pass's fp32 residual stream (h after the last layer, `rows` rows of `hidden`)
-// differs from the judged pass, bit for bit; empty if nowhere. It sees an fp32 reordering (a
-// reduction summed in another order under graphs) that no bf16 rounding downstream happened to flip.
-std::string first_residual_difference(const std::vector<float>& judged, const std::vector<float>& tapped,
-                                      int64_t row0, int64_t rows, int64_t hidden) {
-  for (int64_t r = row0; r < row0 + rows; ++r) {
-    for (int64_t c = 0; c < hidden; ++c) {
-      const float a = judged[static_cast<size_t>(r * hidden + c)], b = tapped[static_cast<size_t>(r * hidden + c)];
-      if (std::memcmp(&a, &b, sizeof a) != 0) {
-        return "residual stream h[" + std::to_string(r - row0) + ", " + std::to_string(c) + "] after the last layer: judged pass " +
-               std::to_string(a) + ", tapped pass " + std::to_string(b);
-      }
+// Where a second pass differs from the judged pass: the fp32 residual stream after the last layer
+// (an fp32 reordering, e.g. a reduction summed in another order under graphs, that no bf16 rounding
+// downstream happened to flip), then the logits, then the draft tokens; empty if nowhere.
+std::string first_pass_difference(const float* judged_h, const float* tapped_h, int64_t width, int64_t hidden,
+                                  const float* judged_logits, const float* tapped_logits, const int32_t* judged_tokens,
+                                  const int32_t* tapped_tokens, int64_t rows, int64_t vocab) {
+  std::string difference =
+      first_float_difference("residual stream h after the last layer", judged_h, tapped_h, width, hidden);
+  if (difference.empty()) difference = first_float_difference("logits", judged_logits, tapped_logits, rows, vocab);
+  for (int64_t r = 0; r < rows && difference.empty(); ++r) {
+    if (judged_tokens[r] != tapped_tokens[r]) {
+      difference = "draft token " + std::to_string(r) + ": judged pass " + std::to_string(judged_tokens[r]) +
+                   ", tapped pass " + std::to_string(tapped_tokens[r]);
     }
   }
-  return "";
+  return difference;
 }
 
 }  // namespace
@@ -204,12 +199,11 @@ std::vector<ProposeOutput> CudaDrafter::propose(const std::vector<ProposeInput>&
     ProposeOutput& out = outputs[static_cast<size_t>(b)];
     const int64_t row0 = static_cast<int64_t>(b) * (width - 1);
     out.path.taps_from_second_pass = true;
+    const int64_t h0 = static_cast<int64_t>(b) * width * hidden;
     out.path.tap_pass_difference =
-        first_residual_difference(judged_h, tapped_h, static_cast<int64_t>(b) * width, width, hidden);
-    if (out.path.tap_pass_difference.empty()) {
-      out.path.tap_pass_difference = first_bit_difference(out.logits.values.data(), h_logits_.get() + row0 * vocab,
-                                                          out.draft_tokens.data(), h_tokens_.get() + row0, width - 1, vocab);
-    }
+        first_pass_difference(judged_h.data() + h0, tapped_h.data() + h0, width, hidden, out.logits.values.data(),
+                              h_logits_.get() + row0 * vocab, out.draft_tokens.data(), h_tokens_.get() + row0,
+                              width - 1, vocab);
     out.taps = std::move(sink.per_sequence[static_cast<size_t>(b)]);
     const float* first = h_logits_.get() + row0 * vocab;
     // In forward order: right after final_norm (DFlash2's selector taps follow the logits).

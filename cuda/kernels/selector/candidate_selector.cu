@@ -142,9 +142,8 @@ __global__ void __launch_bounds__(kTopkThreads) selector_topk_merge_kernel(Selec
   pdl_wait();
   __shared__ uint64_t scratch[kTopkThreads / 32];
   const int64_t row = blockIdx.x;
-  const int64_t n = merged;
   const uint64_t* keys = a.topk_keys + row * per_row;
-  select_rounds(a.top_k, [&](int64_t i) { return keys[i]; }, n, scratch, [&](int c, uint64_t key) {
+  select_rounds(a.top_k, [&](int64_t i) { return keys[i]; }, merged, scratch, [&](int c, uint64_t key) {
     if (threadIdx.x != 0) return;
     const int64_t k = row * a.top_k + c;
     // K <= vocab (the config refuses more): a pick is always found; -1 and NaN if not.
