@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compare/stage_check.h"
+#include "compare/tp_attribution.h"
 #include "core/error.h"
 
 namespace dflash {
@@ -15,6 +16,14 @@ namespace {
 std::string seq_name(int seq) { return "sequence " + std::to_string(seq); }
 
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0; }
+
+// The first column whose bits differ; n when none does.
+int64_t first_changed_column(const float* a, const float* b, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    if (std::memcmp(a + c, b + c, sizeof(float)) != 0) return c;
+  }
+  return n;
+}
 
 bool all_nan(const float* row, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -78,6 +87,7 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
   std::vector<InvariantViolation> out;
   const DrafterConfig& config = proposer.config();
   const int64_t features = config.ctx_feature_dim();
+  const TpPartition tp = tp_partition(config, proposer.settings().tp_size);
   for (const CheckedWindow& window : windows_to_check(proposer, rows, next_position)) {
     const int seq = window.seq;
     const int64_t n = window.end - window.begin;
@@ -128,6 +138,12 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
                     ", stored " + std::to_string(check.fail_actual) + " (" + check.fail_criterion + " " +
                     std::to_string(check.fail_value) + " > " + std::to_string(check.fail_bound) + ")";
         }
+        // At TP = N each rank's pool holds its KV heads' columns (docs/spec/tensor-parallel.md §6):
+        // every rank whose columns break the bound on their own is named.
+        if (check.shape_ok && tp.ranks > 1) {
+          const std::string ranks = attribute_stage("L" + std::to_string(l) + (key ? ".k" : ".v"), w, a, bound, tp);
+          if (!ranks.empty()) detail += "; pool of " + ranks;
+        }
         out.push_back({"kv-stored", detail});
       }
     }
@@ -140,6 +156,7 @@ std::vector<InvariantViolation> check_kv_outside_windows(const DraftProposer& pr
   std::vector<InvariantViolation> out;
   const PoolView pool = proposer.pool_view();
   const bool poison = proposer.settings().poison_freed_pages;
+  const TpPartition tp = tp_partition(proposer.config(), proposer.settings().tp_size);
   std::set<int64_t> in_window;
   for (int seq : proposer.sequences()) {
     for (int64_t slot : proposer.window_slots(seq)) in_window.insert(slot);
@@ -165,10 +182,13 @@ std::vector<InvariantViolation> check_kv_outside_windows(const DraftProposer& pr
         if (same_bits(b.row(slot), a.row(slot), cols) || (poison && free && nan)) continue;
         if (changed++ == 0) {
           const int owner = pool.page_owner[static_cast<size_t>(page)];
+          const int64_t col = first_changed_column(b.row(slot), a.row(slot), cols);
+          const std::string rank = kv_column_owner(col, tp);
           first_changed = what + " of slot " + std::to_string(slot) + " (page " + std::to_string(page) + ", " +
                           (owner == -1 ? std::string("free") : "owned by " + seq_name(owner)) +
-                          ", in no window) changed: column 0 " + std::to_string(b.row(slot)[0]) + " -> " +
-                          std::to_string(a.row(slot)[0]);
+                          ", in no window) changed: column " + std::to_string(col) + " " +
+                          std::to_string(b.row(slot)[col]) + " -> " + std::to_string(a.row(slot)[col]) +
+                          (rank.empty() ? std::string() : ", in the pool of " + rank);
         }
       }
       if (changed > 0) {

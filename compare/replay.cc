@@ -515,10 +515,7 @@ class Replayer {
     }
   }
 
-  TpPartition partition() const {
-    const DrafterConfig& c = fixture_.config;
-    return {options_.tp_size, c.num_heads, c.num_kv_heads, c.head_dim, c.vocab_size, c.num_layers};
-  }
+  TpPartition partition() const { return tp_partition(fixture_.config, options_.tp_size); }
 
   const Fixture& fixture_;
   const std::vector<ReplayLane>& lanes_;

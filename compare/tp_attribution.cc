@@ -82,6 +82,19 @@ std::string attribute_stage(const std::string& stage, const Tensor& expected, co
          "; no slice alone over its bound, this one the nearest)";
 }
 
+TpPartition tp_partition(const DrafterConfig& config, int ranks) {
+  return {ranks, config.num_heads, config.num_kv_heads, config.head_dim, config.vocab_size, config.num_layers};
+}
+
+std::string kv_column_owner(int64_t column, const TpPartition& partition) {
+  if (partition.ranks <= 1) return "";
+  const int64_t cols = int64_t{partition.num_kv_heads} * partition.head_dim;
+  for (const Slice& s : slices_of("L0.k", cols, partition)) {
+    if (column >= s.first && column < s.first + s.count) return s.owner + " (" + s.what + ")";
+  }
+  return "";
+}
+
 std::string attribute_tokens(int64_t expected, int64_t actual, const TpPartition& partition) {
   if (partition.ranks <= 1 || partition.vocab_size % partition.ranks != 0) return "";
   const int64_t shard = partition.vocab_size / partition.ranks;

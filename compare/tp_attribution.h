@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compare/tolerance.h"
+#include "core/config.h"
 #include "core/tensor.h"
 
 namespace dflash {
@@ -18,6 +19,9 @@ struct TpPartition {
   int num_layers = 0;
 };
 
+// `config` split over `ranks` (one definition for replay and the K/V pool checks).
+TpPartition tp_partition(const DrafterConfig& config, int ranks);
+
 // L{l}.q and L{l}.attn (query heads), L{l}.k and L{l}.v (KV heads: split, or replicated over
 // N / nkv ranks each) and logits (the vocabulary): every rank (or group of replicas) whose slice
 // breaks `bound`, else the one with the largest ratio, e.g. "rank 2 (query heads 16..23, columns
@@ -25,6 +29,11 @@ struct TpPartition {
 // stage, for ranks 1, or where the shape is not the partition's.
 std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
                             const StageBound& bound, const TpPartition& partition);
+
+// The pool that holds column `column` of a layer's K or V (§6: rank r's pool holds its own KV
+// heads; a replicated head is held by its R ranks): "rank 1 (KV head 2)", "ranks 2..3 (KV head
+// 1)"; "" for ranks 1 or a column outside the partition.
+std::string kv_column_owner(int64_t column, const TpPartition& partition);
 
 // "expected token 180 on rank 1, actual token 52 on rank 0"; "" for ranks 1.
 std::string attribute_tokens(int64_t expected, int64_t actual, const TpPartition& partition);

@@ -1,0 +1,119 @@
+// The K/V invariants at TP = N check each rank's pool (docs/spec/tensor-parallel.md §6): a stored
+// value off in one rank's KV heads is named with that rank (split heads) or its replicas (a
+// replicated head), by kv-stored in a replay and by kv-outside-window on a changed free slot.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "compare/kv_invariants.h"
+#include "compare/replay.h"
+#include "core/forwarding_proposer.h"
+#include "fixtures/fixture.h"
+#include "reference/reference_drafter.h"
+
+namespace dflash {
+namespace {
+
+// Reads back layer `layer`'s K with `delta` added at column `column` of every slot.
+class OffKeyColumn : public ForwardingProposer {
+ public:
+  OffKeyColumn(std::unique_ptr<DraftProposer> inner, int layer, int64_t column, float delta)
+      : ForwardingProposer(std::move(inner)), layer_(layer), column_(column), delta_(delta) {}
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
+    return off(layer, inner().read_kv(layer, slots));
+  }
+  std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override {
+    return off(layer, inner().read_kv_at(layer, seq, positions));
+  }
+
+ private:
+  std::optional<KvRows> off(int layer, std::optional<KvRows> rows) const {
+    if (rows && layer == layer_) {
+      for (int64_t r = 0; r < rows->k.rows(); ++r) rows->k.row(r)[column_] += delta_;
+    }
+    return rows;
+  }
+  int layer_;
+  int64_t column_;
+  float delta_;
+};
+
+Fixture loaded(const std::string& dir) {
+  Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/" + dir);
+  fixture.load_weights();
+  return fixture;
+}
+
+HeadSettings head_at(const Fixture& fixture, int tp) {
+  HeadSettings head = fixture.head;
+  head.precision = Precision::kFp32;
+  head.tp_size = tp;
+  return head;
+}
+
+// The kv-stored failures of a TP = `tp` reference whose layer-1 K reads back `delta` off at `column`.
+std::vector<std::string> kv_stored_failures(const std::string& dir, int tp, int64_t column, float delta) {
+  const Fixture fixture = loaded(dir);
+  const HeadSettings head = head_at(fixture, tp);
+  OffKeyColumn drafter(make_reference_drafter(fixture.config, fixture.weights, head), 1, column, delta);
+  const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
+  const std::vector<ReplayLane> lanes = {
+      {&drafter, Precision::kFp32, false,
+       make_reference_context_kv(fixture.config, fixture.weights, Precision::kFp32, window)}};
+  ReplayOptions options;
+  options.tp_size = tp;
+  options.last_step = 0;
+  const ReplayResult result = replay_fixture(fixture, lanes, {}, options);
+  std::vector<std::string> out;
+  for (const InvariantFailure& f : result.invariant_failures) {
+    if (f.invariant == "kv-stored") out.push_back(f.detail);
+  }
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(TpKvPools, AStoredKeyOffInOneRanksHeadsNamesThatRanksPool) {
+  // tiny-gqa: 2 KV heads of 16 at TP 2, one per rank; column 20 is KV head 1, rank 1's.
+  const std::vector<std::string> failures = kv_stored_failures("oracle/tiny-gqa", 2, 20, 0.5f);
+  ASSERT_FALSE(failures.empty());
+  EXPECT_TRUE(contains(failures[0], "L1.K")) << failures[0];
+  EXPECT_TRUE(contains(failures[0], "column 20")) << failures[0];
+  EXPECT_TRUE(contains(failures[0], "; pool of rank 1 (KV head 1, columns 16..31)")) << failures[0];
+  EXPECT_FALSE(contains(failures[0], "rank 0")) << failures[0];
+}
+
+TEST(TpKvPools, AReplicatedHeadNamesItsReplicas) {
+  // bias-mqa-eps: one KV head of 32, held by both ranks at TP 2.
+  const std::vector<std::string> failures = kv_stored_failures("oracle/bias-mqa-eps", 2, 7, 0.5f);
+  ASSERT_FALSE(failures.empty());
+  EXPECT_TRUE(contains(failures[0], "; pool of ranks 0..1 (KV head 0, columns 0..31)")) << failures[0];
+}
+
+TEST(TpKvPools, TheCleanReferenceAndTpOneNameNoRank) {
+  EXPECT_TRUE(kv_stored_failures("oracle/tiny-gqa", 2, 20, 0.0f).empty());
+  const std::vector<std::string> tp1 = kv_stored_failures("oracle/tiny-gqa", 1, 20, 0.5f);
+  ASSERT_FALSE(tp1.empty());
+  EXPECT_FALSE(contains(tp1[0], "pool of")) << tp1[0];
+}
+
+TEST(TpKvPools, AFreeSlotChangedInOneRanksColumnsNamesThatRank) {
+  const Fixture fixture = loaded("oracle/tiny-gqa");
+  const auto drafter = make_reference_drafter(fixture.config, fixture.weights, head_at(fixture, 2));
+  const std::optional<PoolSnapshot> before = snapshot_pools(*drafter);
+  ASSERT_TRUE(before.has_value());
+  PoolSnapshot after = *before;
+  // No sequence: every slot is free and in no window. Slot 3's V in KV head 0's columns (rank 0).
+  after.layers[0].v.row(3)[9] += 1.0f;
+  const std::vector<InvariantViolation> found = check_kv_outside_windows(*drafter, *before, after);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].invariant, "kv-outside-window");
+  EXPECT_TRUE(contains(found[0].detail, "L0.V of slot 3")) << found[0].detail;
+  EXPECT_TRUE(contains(found[0].detail, "column 9 ")) << found[0].detail;
+  EXPECT_TRUE(contains(found[0].detail, ", in the pool of rank 0 (KV head 0)")) << found[0].detail;
+}
+
+}  // namespace
+}  // namespace dflash
