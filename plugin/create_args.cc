@@ -1,5 +1,6 @@
 #include "plugin/create_args.h"
 
+#include <cstddef>
 #include <fstream>
 #include <sstream>
 
@@ -70,7 +71,8 @@ int32_t path_code(const std::string& mode) {
 std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
                                                    std::shared_ptr<const DrafterWeights> weights,
                                                    const HeadSettings& settings, const std::string& drafter_dir,
-                                                   const std::string& target_path, const PluginOptions& options) {
+                                                   const std::string& target_path, const PluginOptions& options,
+                                                   uint32_t abi_version) {
   auto a = std::make_unique<PluginCreateArgs>();
   a->weights = std::move(weights);
   a->drafter_dir = drafter_dir;
@@ -100,8 +102,14 @@ std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
   c.rope_theta = config.rope.theta;
   c.config_json = a->config_json.c_str();
 
+  // Version 1's head settings are a prefix of version 2's (the layout below is checked).
+  static_assert(offsetof(dflash_head_settings, precision) + sizeof(int32_t) <= DFLASH_HEAD_SETTINGS_V1_SIZE &&
+                    offsetof(dflash_head_settings, tp_size) >= offsetof(dflash_head_settings, precision) + sizeof(int32_t) &&
+                    DFLASH_HEAD_SETTINGS_V1_SIZE % alignof(dflash_head_settings) == 0 &&
+                    DFLASH_HEAD_SETTINGS_V1_SIZE < sizeof(dflash_head_settings),
+                "ABI version 1's dflash_head_settings must be a prefix of version 2's");
   dflash_head_settings& h = a->head;
-  h.struct_size = sizeof(dflash_head_settings);
+  h.struct_size = abi_version == 1 ? DFLASH_HEAD_SETTINGS_V1_SIZE : sizeof(dflash_head_settings);
   h.gamma = settings.gamma;
   h.ctx_cap = settings.ctx_cap;
   h.uncapped = settings.uncapped ? 1 : 0;
@@ -109,6 +117,8 @@ std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
   h.kv_page_size = settings.kv_page_size;
   h.pool_pages = settings.pool_pages;
   h.precision = to_plugin_precision(settings.precision);
+  h.tp_size = settings.tp_size;
+  h.tp_reduce_dtype = settings.tp_reduce_dtype == TpReduceDtype::kBf16 ? DFLASH_TP_REDUCE_BF16 : DFLASH_TP_REDUCE_FP32;
 
   // Names first (the views point at them: no reallocation after).
   const DrafterWeights& w = *a->weights;

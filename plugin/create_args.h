@@ -35,11 +35,14 @@ struct PluginCreateArgs {
   PluginCreateArgs& operator=(const PluginCreateArgs&) = delete;
 };
 
-// `settings` resolved; `drafter_dir` holds config.json (its text becomes config_json).
+// `settings` resolved; `drafter_dir` holds config.json (its text becomes config_json). For a plugin of
+// ABI version 1 (`abi_version`) the head settings are version 1's: struct_size
+// DFLASH_HEAD_SETTINGS_V1_SIZE, no tensor-parallel fields read.
 std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
                                                    std::shared_ptr<const DrafterWeights> weights,
                                                    const HeadSettings& settings, const std::string& drafter_dir,
-                                                   const std::string& target_path, const PluginOptions& options);
+                                                   const std::string& target_path, const PluginOptions& options,
+                                                   uint32_t abi_version);
 
 dflash_precision to_plugin_precision(Precision precision);
 bool from_plugin_precision(int32_t value, Precision* out);

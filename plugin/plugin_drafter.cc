@@ -19,7 +19,9 @@ constexpr int64_t kTapElements = int64_t{1} << 28;
 std::string capability_list(const PluginLibrary& library) {
   std::string out;
   const std::pair<uint64_t, const char*> caps[] = {
-      {DFLASH_CAP_TAPS, "taps"}, {DFLASH_CAP_KV_READ, "kv-read"}, {DFLASH_CAP_DESCRIBE, "describe"}, {DFLASH_CAP_PATH, "path"}};
+      {DFLASH_CAP_TAPS, "taps"},     {DFLASH_CAP_KV_READ, "kv-read"},
+      {DFLASH_CAP_DESCRIBE, "describe"}, {DFLASH_CAP_PATH, "path"},
+      {DFLASH_CAP_TENSOR_PARALLEL, "tensor-parallel"}};
   for (const auto& [bit, name] : caps) {
     if (library.has(bit)) out += (out.empty() ? "" : ",") + std::string(name);
   }
@@ -40,7 +42,18 @@ PluginDrafter::PluginDrafter(std::shared_ptr<const PluginLibrary> library, const
                              const PluginOptions& options)
     : PluginProposerBase(config, settings), library_(std::move(library)) {
   name_ = library_->name() + "-" + precision_name(settings_.precision);
-  args_ = make_create_args(config_, std::move(weights), settings_, drafter_dir, target_path, options);
+  // A drafter that cannot run the ranks asked for would run TP = 1 and pass as TP = N.
+  if (settings_.tp_size > 1 && library_->abi_version() < 2) {
+    throw unsupported(name_ + ": --tp " + std::to_string(settings_.tp_size) +
+                      ": the plugin implements drafter plugin ABI version 1, which has no tensor-parallel fields "
+                      "(version 2 and DFLASH_CAP_TENSOR_PARALLEL, docs/plugin.md)");
+  }
+  if (settings_.tp_size > 1 && !library_->has(DFLASH_CAP_TENSOR_PARALLEL)) {
+    throw unsupported(name_ + ": --tp " + std::to_string(settings_.tp_size) +
+                      ": the plugin does not announce DFLASH_CAP_TENSOR_PARALLEL, so it runs one rank (docs/plugin.md)");
+  }
+  args_ = make_create_args(config_, std::move(weights), settings_, drafter_dir, target_path, options,
+                           library_->abi_version());
   char message[kMessageSize] = {0};
   const int status = library_->api().create(&args_->args, &drafter_, message, sizeof message);
   check(status, message, "create");
@@ -115,7 +128,7 @@ std::vector<ProposeOutput> PluginDrafter::propose(const std::vector<ProposeInput
     o.draft_tokens.assign(tokens[i].begin(), tokens[i].begin() + rows);
     o.path.mode = library_->has(DFLASH_CAP_PATH) ? path_mode_name(results[i].path) : "unreported";
     if (want_taps && library_->has(DFLASH_CAP_TAPS)) {
-      for (const std::string& stage : forward_stage_order(config_.num_layers, config_.dflash2.enabled)) {
+      for (const std::string& stage : forward_stage_order(config_.num_layers, config_.dflash2.enabled, settings_.tp_size)) {
         if (stage == "logits") continue;
         bool given = false;
         Tensor value = read_tap(o.seq, stage, &given);

@@ -26,9 +26,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
   std::string problem;
   if (api == nullptr) {
     problem = "dflash_drafter_get_api(" + std::to_string(DFLASH_DRAFTER_ABI_VERSION) + ") returned NULL";
-  } else if (api->abi_version != DFLASH_DRAFTER_ABI_VERSION) {
-    problem = "implements drafter plugin ABI version " + std::to_string(api->abi_version) + ", the harness version " +
-              std::to_string(DFLASH_DRAFTER_ABI_VERSION);
+  } else if (api->abi_version != 1 && api->abi_version != DFLASH_DRAFTER_ABI_VERSION) {
+    problem = "implements drafter plugin ABI version " + std::to_string(api->abi_version) +
+              ", the harness reads versions 1 and " + std::to_string(DFLASH_DRAFTER_ABI_VERSION);
   } else if (api->struct_size != sizeof(dflash_drafter_api)) {
     problem = "its ABI version " + std::to_string(api->abi_version) + " table is " + std::to_string(api->struct_size) +
               " bytes, version " + std::to_string(DFLASH_DRAFTER_ABI_VERSION) + "'s is " +
@@ -39,8 +39,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & DFLASH_CAP_KV_READ) && !api->read_kv) ||
              ((api->capabilities & DFLASH_CAP_DESCRIBE) && !api->describe)) {
     problem = "announces a capability whose entry point is NULL (read_tap, read_kv or describe)";
-  } else if (api->capabilities & ~(DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH)) {
-    problem = "announces capability bits ABI version " + std::to_string(DFLASH_DRAFTER_ABI_VERSION) + " does not define";
+  } else if (api->capabilities & ~(DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH |
+                                   (api->abi_version >= 2 ? DFLASH_CAP_TENSOR_PARALLEL : 0))) {
+    problem = "announces capability bits ABI version " + std::to_string(api->abi_version) + " does not define";
   }
   if (!problem.empty()) {
     close();

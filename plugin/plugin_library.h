@@ -9,10 +9,12 @@ namespace dflash {
 
 class PluginLibrary {
  public:
-  // dlopen + dflash_drafter_get_api(DFLASH_DRAFTER_ABI_VERSION). Refused as bad input (exit 2), naming
-  // the path: a library that does not load, a missing symbol, a NULL table, a table of another ABI
-  // version (both versions named), a table of another size than this version's, a missing required entry
-  // point, or an optional one missing while its capability flag is set.
+  // dlopen + dflash_drafter_get_api(DFLASH_DRAFTER_ABI_VERSION). A table of version 1 or 2 is read (their
+  // tables have one layout; version 1's head settings end before the tensor-parallel fields). Refused
+  // as bad input (exit 2), naming the path: a library that does not load, a missing symbol, a NULL
+  // table, a table of another ABI version (the versions named), a table of another size than the
+  // header's, a missing required entry point, an optional one missing while its capability flag is
+  // set, or a capability bit its version does not define.
   static std::shared_ptr<const PluginLibrary> open(const std::string& path);
   ~PluginLibrary();
   PluginLibrary(const PluginLibrary&) = delete;
@@ -21,6 +23,7 @@ class PluginLibrary {
   const dflash_drafter_api& api() const { return *api_; }
   const std::string& path() const { return path_; }
   bool has(uint64_t capability) const { return (api_->capabilities & capability) != 0; }
+  uint32_t abi_version() const { return api_->abi_version; }
   // "plugin:<the table's name>"
   std::string name() const;
 

@@ -66,13 +66,6 @@ ReplayRequest make_replay_request(const BackendOptions& o) {
   } catch (const HarnessError& e) {
     throw bad_input(std::string("--tp: ") + e.what());
   }
-  for (const Backend& b : request.backends) {
-    if (o.tp != 1 && b.kind == Backend::Kind::kPlugin) {
-      throw bad_input("--tp " + std::to_string(o.tp) +
-                      ": the drafter plugin ABI has no tensor-parallel fields, so a plugin runs at TP = 1 (use "
-                      "--backend reference or cuda)");
-    }
-  }
   request.tp_size = tp.tp_size;
   request.tp_reduce_dtype = tp.tp_reduce_dtype;
   check_backends_run_here(request.backends, request.precision, request.plugins);

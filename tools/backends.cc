@@ -54,8 +54,8 @@ std::unique_ptr<DraftProposer> make_cuda(Fixture& fixture, Precision precision, 
 }
 
 std::unique_ptr<DraftProposer> make_plugin(Fixture& fixture, const std::string& path, Precision precision,
-                                           const PluginSettings& plugins) {
-  const HeadSettings head = head_for(fixture, precision).resolved(fixture.config);
+                                           const PluginSettings& plugins, int tp_size, TpReduceDtype tp_reduce) {
+  const HeadSettings head = head_for(fixture, precision, tp_size, tp_reduce).resolved(fixture.config);
   if (plugins.isolate) {
     return std::make_unique<IsolatedDrafter>(path, fixture.config, fixture.weights, head, fixture.drafter_dir,
                                              fixture.target.path, plugins.options, plugins.timeout_s);
@@ -150,7 +150,7 @@ DrafterSet make_drafters(Fixture& fixture, const std::vector<Backend>& backends,
   };
   const auto make = [&](const Backend& b) {
     return b.kind == Backend::Kind::kCuda ? make_cuda(fixture, precision, cuda_warmup, tp_size, tp_reduce)
-                                          : make_plugin(fixture, b.plugin_path, precision, plugins);
+                                          : make_plugin(fixture, b.plugin_path, precision, plugins, tp_size, tp_reduce);
   };
   const bool with_reference = has_kind(backends, Backend::Kind::kReference);
   if (!with_reference) {

@@ -29,7 +29,7 @@ static dflash_status create(const dflash_create_args* args, dflash_drafter** out
   size_t i;
   if (args->struct_size != sizeof(dflash_create_args) || args->config->struct_size != sizeof(dflash_drafter_config) ||
       args->head->struct_size != sizeof(dflash_head_settings))
-    return fail(DFLASH_STATUS_UNSUPPORTED, message, size, "struct sizes differ from ABI version 1's", "");
+    return fail(DFLASH_STATUS_UNSUPPORTED, message, size, "struct sizes differ from this header's", "");
   d.vocab = args->config->vocab_size;
   d.max_width = args->head->gamma > 2 ? args->head->gamma : 2;
   d.max_batch = args->head->max_batch;
@@ -92,8 +92,8 @@ static const dflash_drafter_api api = {
     create, propose, release, destroy, NULL /* read_tap */, NULL /* read_kv */, NULL /* describe */
 };
 
-/* Version 1 is the only one it implements: asked for another, it returns its table all the same,
- * whose abi_version tells the harness so. */
+/* Its header's version is the only one it implements: asked for another, it returns its table all
+ * the same, whose abi_version tells the harness so. */
 EXPORT const dflash_drafter_api* dflash_drafter_get_api(uint32_t abi_version) {
   (void)abi_version;
   return &api;

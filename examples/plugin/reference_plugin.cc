@@ -1,5 +1,6 @@
 // The example drafter plugin: the CPU reference drafter behind the plugin ABI
-// (include/dflash/drafter_plugin.h), with faults an engine's drafter could have, chosen by a plugin
+// (include/dflash/drafter_plugin.h), at the tensor-parallel size the harness asks for (its TP = N
+// emulation, docs/spec/tensor-parallel.md), with faults an engine's drafter could have, chosen by a plugin
 // option, to show how the harness reports each (docs/plugin.md):
 //
 //   --plugin-option fault=rope-sign           RoPE rotating the wrong way (first divergence L0.q)
@@ -116,6 +117,8 @@ std::unique_ptr<DraftProposer> make_example(const DrafterConfig& config, std::sh
 extern "C" __attribute__((visibility("default"))) const dflash_drafter_api* dflash_drafter_get_api(uint32_t abi_version) {
   (void)abi_version;  // one version: the table says which; the harness refuses another
   static const dflash_drafter_api* api = dflash::export_proposer(
-      "reference-example", DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH, dflash::make_example);
+      "reference-example",
+      DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH | DFLASH_CAP_TENSOR_PARALLEL,
+      dflash::make_example);
   return api;
 }

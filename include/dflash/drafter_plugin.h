@@ -1,4 +1,4 @@
-/* The drafter plugin ABI, version 1 (docs/plugin.md): how an engine's own DFlash drafter is put under
+/* The drafter plugin ABI, version 2 (docs/plugin.md): how an engine's own DFlash drafter is put under
  * dflash-harness's checks. C99, no C++ types; a plugin is a shared library exporting
  *
  *   const dflash_drafter_api* dflash_drafter_get_api(uint32_t abi_version);
@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define DFLASH_DRAFTER_ABI_VERSION 1u
+#define DFLASH_DRAFTER_ABI_VERSION 2u
 
 typedef enum dflash_status {
   DFLASH_STATUS_OK = 0,
@@ -72,6 +72,15 @@ typedef enum dflash_path {
 #define DFLASH_CAP_KV_READ ((uint64_t)1 << 1)  /* read_kv */
 #define DFLASH_CAP_DESCRIBE ((uint64_t)1 << 2) /* describe */
 #define DFLASH_CAP_PATH ((uint64_t)1 << 3)     /* dflash_propose_result.path is filled */
+/* Version 2: the drafter runs head.tp_size > 1 as docs/spec/tensor-parallel.md states; without it the
+ * harness never asks for more than one rank. */
+#define DFLASH_CAP_TENSOR_PARALLEL ((uint64_t)1 << 4)
+
+/* The dtype of the row-parallel partials and their sum (docs/spec/tensor-parallel.md §1, §4). */
+typedef enum dflash_tp_reduce {
+  DFLASH_TP_REDUCE_FP32 = 0,
+  DFLASH_TP_REDUCE_BF16 = 1
+} dflash_tp_reduce;
 
 /* A read-only tensor, row-major, in host memory. */
 typedef struct dflash_tensor_view {
@@ -105,7 +114,14 @@ typedef struct dflash_head_settings {
   int32_t kv_page_size; /* tokens per cache page */
   int32_t pool_pages;   /* pages per layer pool */
   int32_t precision;    /* dflash_precision */
+  /* Version 2 (version 1's struct ends above, DFLASH_HEAD_SETTINGS_V1_SIZE bytes): */
+  int32_t tp_size;         /* tensor-parallel ranks: 1, 2, 4 or 8; > 1 only with DFLASH_CAP_TENSOR_PARALLEL */
+  int32_t tp_reduce_dtype; /* dflash_tp_reduce; no effect at tp_size 1 */
 } dflash_head_settings;
+
+/* sizeof(dflash_head_settings) in ABI version 1, whose last field is `precision`: what the harness
+ * passes as head->struct_size to a version-1 plugin. */
+#define DFLASH_HEAD_SETTINGS_V1_SIZE 40u
 
 typedef struct dflash_option {
   const char* key;

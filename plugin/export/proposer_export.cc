@@ -243,7 +243,8 @@ std::shared_ptr<const DrafterWeights> weights_from_plugin_args(const dflash_crea
 }
 
 HeadSettings head_from_plugin_args(const dflash_create_args& args) {
-  if (args.head == nullptr || args.head->struct_size < sizeof(dflash_head_settings)) {
+  // A harness of ABI version 1 passes version 1's head settings: one rank.
+  if (args.head == nullptr || args.head->struct_size < DFLASH_HEAD_SETTINGS_V1_SIZE) {
     throw bad_input("create: no head settings, or a struct of another ABI version");
   }
   const dflash_head_settings& h = *args.head;
@@ -256,6 +257,13 @@ HeadSettings head_from_plugin_args(const dflash_create_args& args) {
   s.pool_pages = h.pool_pages;
   if (!from_plugin_precision(h.precision, &s.precision)) {
     throw bad_input("create: precision " + std::to_string(h.precision) + " is not one ABI version 1 defines");
+  }
+  if (h.struct_size >= sizeof(dflash_head_settings)) {
+    s.tp_size = h.tp_size;
+    if (h.tp_reduce_dtype != DFLASH_TP_REDUCE_FP32 && h.tp_reduce_dtype != DFLASH_TP_REDUCE_BF16) {
+      throw bad_input("create: tp_reduce_dtype " + std::to_string(h.tp_reduce_dtype) + " is not one ABI version 2 defines");
+    }
+    s.tp_reduce_dtype = h.tp_reduce_dtype == DFLASH_TP_REDUCE_BF16 ? TpReduceDtype::kBf16 : TpReduceDtype::kFp32;
   }
   return s;
 }

@@ -106,6 +106,58 @@ TEST(PluginCli, W8a8BesideTheReferenceGetsTheTightPairAndTheEnvelope) {
   EXPECT_EQ(pairs[2]["actual_model"]["quantized_activations"], true);
 }
 
+// ABI version 2's tensor-parallel fields reach the plugin: the example runs the reference's TP = 2
+// emulation, so beside the reference at TP = 2 every rank's partial is compared, and a fault in the
+// query heads is named with the ranks that own them.
+TEST(PluginCli, AtTp2ThePluginRunsTwoRanksAndItsDivergenceNamesThem) {
+  for (const char* mode : {"--isolate", "--no-isolate"}) {
+    const Replay r = replay({kOracleDir + "/tiny-gqa"},
+                            {"--backend", "reference," + kExample, "--tp", "2", "--precision", "bf16", mode},
+                            std::string("tp2") + mode);
+    EXPECT_EQ(r.run.exit_code, 0) << mode << "\n" << r.run.output;
+    ASSERT_EQ(r.report["results"].size(), 1u) << r.run.output;
+    const json& result = r.report["results"][0];
+    const json& pairs = result["pairs"];
+    ASSERT_EQ(pairs.size(), 2u) << pairs.dump();
+    EXPECT_EQ(pairs[1]["label"], "reference-bf16 vs plugin:reference-example-bf16");
+    bool partial = false;
+    for (const json& seq : result["sequences"]) {
+      for (const json& stage : seq["stages"]) partial = partial || stage["stage"] == "L0.o_proj.partial@r1";
+    }
+    EXPECT_TRUE(partial) << "rank 1's partial compared (the bf16 pair rounds at the same points)";
+  }
+  const Replay rope = replay({kOracleDir + "/tiny-gqa"},
+                             {"--backend", "reference," + kExample, "--tp", "2", "--plugin-option", "fault=rope-sign"},
+                             "tp2-rope");
+  EXPECT_EQ(rope.run.exit_code, 1) << rope.run.output;
+  const json& first = rope.report["results"][0]["first_divergence"];
+  EXPECT_EQ(first["stage"], "L0.q") << first.dump();
+  EXPECT_NE(first["ranks"].get<std::string>().find("rank 1 (query heads 3..5, columns 48..95)"), std::string::npos)
+      << first.dump();
+}
+
+// A plugin that cannot run the ranks asked for would run one and pass as TP = N: refused by name,
+// whether it lacks the capability (the minimal plugin) or predates the fields (ABI version 1, still
+// read at TP = 1).
+TEST(PluginCli, TpIsRefusedForAPluginWithoutTheCapabilityOrOfVersion1) {
+  const std::string v1 = "plugin:" + std::string(DFLASH_ABI_VARIANT_DIR) + "/libdflash_abi_variant_6.so";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kMinimal, "does not announce DFLASH_CAP_TENSOR_PARALLEL"},
+      {v1, "implements drafter plugin ABI version 1, which has no tensor-parallel fields"}};
+  for (const auto& [plugin, words] : cases) {
+    for (const char* mode : {"--isolate", "--no-isolate"}) {
+      const RunResult r = run_harness({"replay", kOracleDir + "/tiny-gqa", "--backend", plugin, "--tp", "2", mode});
+      EXPECT_EQ(r.exit_code, 125) << plugin << " " << mode << "\n" << r.output;  // unsupported (docs/cli.md)
+      EXPECT_NE(r.output.find(words), std::string::npos) << plugin << " " << mode << "\n" << r.output;
+    }
+  }
+  // Version 1 at TP = 1: loaded and run (its constant logits fail the fixture at the logits).
+  const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", v1}, "v1");
+  EXPECT_EQ(r.run.exit_code, 1) << r.run.output;
+  ASSERT_EQ(r.report["results"].size(), 1u) << r.run.output;
+  EXPECT_EQ(r.report["results"][0]["first_divergence"]["stage"], "logits");
+}
+
 TEST(PluginCli, RopeSignIsCaughtAtTheFirstQueryStage) {
   const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", kExample, "--plugin-option", "fault=rope-sign"}, "rope");
   EXPECT_EQ(r.run.exit_code, 1) << r.run.output;
@@ -185,11 +237,11 @@ TEST(PluginCli, ABadPluginOptionIsTheCreatesErrorVerbatim) {
 TEST(PluginCli, AbiMismatchesAreRefusedByName) {
   const std::string dir = DFLASH_ABI_VARIANT_DIR;
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"1", "implements drafter plugin ABI version 2, the harness version 1"},
-      {"2", "table is 24 bytes, version 1's is"},
-      {"3", "dflash_drafter_get_api(1) returned NULL"},
+      {"1", "implements drafter plugin ABI version 3, the harness reads versions 1 and 2"},
+      {"2", "table is 24 bytes, version 2's is"},
+      {"3", "dflash_drafter_get_api(2) returned NULL"},
       {"4", "announces a capability whose entry point is NULL"},
-      {"5", "exports no dflash_drafter_get_api (the harness speaks drafter plugin ABI version 1"},
+      {"5", "exports no dflash_drafter_get_api (the harness speaks drafter plugin ABI version 2"},
   };
   for (const auto& [variant, words] : cases) {
     for (const char* mode : {"--isolate", "--no-isolate"}) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds into BUILD_DIR the minimal C plugin, the Rust plugin that forwards to it and forward_check.c,
-# then checks the Rust plugin's table (name "rust-forward", version 1) and a create and propose through
+# then checks the Rust plugin's table (name "rust-forward", version 2) and a create and propose through
 # it; and that the check can fail: it refuses the C plugin's own name, and the forwarder without
 # DFLASH_FORWARD_TO. Exit 0 pass, 1 fail, 125 when rustc is not installed ($RUSTC, $CC: other compilers).
 set -uo pipefail

@@ -1,5 +1,5 @@
 //! A drafter plugin written in Rust (docs/plugin.md, "Rust"): it exports dflash_drafter_get_api and
-//! forwards to the plugin named by the environment variable DFLASH_FORWARD_TO, whose version-1 table
+//! forwards to the plugin named by the environment variable DFLASH_FORWARD_TO, whose version-2 table
 //! it returns under the name "rust-forward". It shows the extern "C" side of the ABI from Rust, and lets
 //! CI check that a Rust cdylib can serve the table. Plain rustc (1.63 or later), no crates:
 //!   rustc --edition 2021 --crate-type cdylib -O dflash_forward.rs
@@ -10,7 +10,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Once;
 
-const ABI_VERSION: u32 = 1;
+const ABI_VERSION: u32 = 2;
 const NAME: &[u8] = b"rust-forward\0";
 
 // The argument types the forwarder hands through without reading them (the header's structs).
@@ -54,7 +54,7 @@ type ReadKvFn =
     unsafe extern "C" fn(*mut Drafter, i32, i32, *const i64, usize, *mut f32, *mut f32, *mut c_char, usize) -> Status;
 type DescribeFn = unsafe extern "C" fn(*mut Drafter) -> *const c_char;
 
-/// dflash_drafter_api of ABI version 1, field for field (a NULL entry point is None).
+/// dflash_drafter_api of ABI version 2 (the table of version 1 too), field for field (a NULL entry point is None).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DrafterApi {
@@ -83,7 +83,7 @@ extern "C" {
 }
 
 // The forwarded plugin's get_api (None when it could not be loaded), and the renamed copy of its
-// version-1 table. Both are written once, under their Once, and only read afterwards.
+// version-2 table. Both are written once, under their Once, and only read afterwards.
 struct Cell<T>(UnsafeCell<T>);
 unsafe impl<T> Sync for Cell<T> {}
 static LOAD: Once = Once::new();
@@ -133,7 +133,7 @@ fn load() -> Option<GetApi> {
     }
 }
 
-/// The forwarded plugin's answer to `abi_version`: its version-1 table copied and renamed, or, when
+/// The forwarded plugin's answer to `abi_version`: its version-2 table copied and renamed, or, when
 /// it answers with another version (or a table of another size), that table untouched, so the
 /// harness sees the version the plugin implements and refuses it by name.
 #[no_mangle]

@@ -1,5 +1,5 @@
 /* Checks the Rust forwarding plugin (dflash_forward.rs) over the minimal C plugin: loads PLUGIN.so, asks
- * for ABI version 1 and, as a harness newer than the plugin would, for version 2, then creates a drafter
+ * for ABI version 2 and, as a harness newer than the plugin would, for version 3, then creates a drafter
  * with token=5 and runs one batched propose. Usage: forward_check PLUGIN.so EXPECTED_NAME (with
  * DFLASH_FORWARD_TO naming the minimal plugin). Exit 0 when every check holds, 1 otherwise. */
 #include <dlfcn.h>
@@ -50,11 +50,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "forward_check: FAIL: no dflash_drafter_get_api, or it returned NULL\n");
     return 1;
   }
-  printf("forward_check: get_api(1): name \"%s\", abi_version %u, struct_size %u (this header's %u)\n", api->name,
+  printf("forward_check: get_api(2): name \"%s\", abi_version %u, struct_size %u (this header's %u)\n", api->name,
          api->abi_version, api->struct_size, (unsigned)sizeof(dflash_drafter_api));
   expect(strcmp(api->name, argv[2]) == 0, "the table's name is not the expected one");
-  expect(api->abi_version == 1 && api->struct_size == sizeof(dflash_drafter_api), "not a version-1 table");
-  expect(get_api(2) != NULL && get_api(2)->abi_version == 1, "get_api(2) does not answer with its version 1");
+  expect(api->abi_version == 2 && api->struct_size == sizeof(dflash_drafter_api), "not a version-2 table");
+  expect(get_api(3) != NULL && get_api(3)->abi_version == 2, "get_api(3) does not answer with its version 2");
 
   memset(&config, 0, sizeof config);
   config.struct_size = sizeof config;
