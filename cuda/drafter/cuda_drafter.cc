@@ -487,7 +487,7 @@ std::vector<std::pair<std::string, std::string>> CudaDrafter::describe() const {
                        " (kernel.selector_topk), hidden_projection bf16, edge scores (one warp each) and greedy walk "
                        "(one warp per sequence); the walk's tokens are the draft tokens");
   }
-  for (auto& entry : describe_kernel_plan(plan_)) d.push_back(entry);
+  for (auto& entry : describe_kernel_plan(plan_, w8a8_)) d.push_back(entry);
   d.emplace_back("graphs", options_.graphs ? "on: one CUDA graph per (block width, batch size), captured after " +
                                                  std::to_string(options_.warmup) +
                                                  " eager passes; taps come from a second, eager pass compared bit "

@@ -45,13 +45,18 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
   return plan;
 }
 
-std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan) {
+std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan, bool w8a8) {
   std::vector<std::pair<std::string, std::string>> d = describe_levers(plan);
   std::string fallbacks;
   for (const std::string& f : plan.fallbacks) fallbacks += (fallbacks.empty() ? "" : "; ") + f;
   d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);
   std::string invariance;
-  if (plan.block_gemm == GemmKernel::kCublasLt) {
+  if (w8a8 && plan.block_gemm != GemmKernel::kSimple) {
+    invariance = "within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row (gemm=simple keeps "
+                 "them bitwise)";
+  } else if (w8a8) {
+    invariance = "bitwise for block rows (the plain kernels, k order)";
+  } else if (plan.block_gemm == GemmKernel::kCublasLt) {
     invariance = "within a rounding bound: cuBLASLt serves the block GEMMs";
   } else if (plan.block_gemm == GemmKernel::kMma && plan.block_library &&
              (plan.cutlass_usable || plan.cublaslt_block_usable)) {
@@ -61,7 +66,9 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   } else {
     invariance = "bitwise for block rows (own kernels, fixed reduction order)";
   }
-  if (plan.ctx_gemm == ContextGemm::kAuto) {
+  if (w8a8 && plan.ctx_gemm != ContextGemm::kSimple) {
+    invariance += "; context rows within a rounding bound (w8a8's k|v on cuBLASLt; ctx_gemm=simple keeps them bitwise)";
+  } else if (plan.ctx_gemm == ContextGemm::kAuto) {
     invariance += "; context rows bitwise while a context chunk has at most 64 rows, within a rounding bound above "
                   "(cuBLASLt)";
   } else if (plan.ctx_gemm == ContextGemm::kCublasLt) {

@@ -69,7 +69,8 @@ struct KernelPlan {
 KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& requested, int head_dim);
 
 // describe() entries of the plan: every lever of the table, the fallbacks taken, the batch
-// invariance it gives.
-std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan);
+// invariance it gives. `w8a8`: the E4M3 GEMMs take quantized activations (gemm_w8a8), on cuBLASLt
+// from one row unless the lever asks for the plain kernel.
+std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan, bool w8a8);
 
 }  // namespace dflash

@@ -232,7 +232,7 @@ TEST(Levers, AliasesAndRemovedValuesAreRefusedWithTheTablesList) {
 // runs, what the plan resolved), then the fallbacks and the batch invariance.
 TEST(Levers, DescribeListsEveryLeverFromTheTable) {
   const KernelPlan d = resolve_kernel_plan({}, 128);
-  const auto described = describe_kernel_plan(d);
+  const auto described = describe_kernel_plan(d, false);
   std::vector<std::string> keys;
   for (const auto& [key, value] : described) keys.push_back(key);
   std::vector<std::string> expected;
@@ -258,21 +258,21 @@ TEST(Levers, DescribeListsEveryLeverFromTheTable) {
   // Every value shows as "<value>: ..." under its lever.
   for (const auto& [stage, values] : kLevers) {
     for (const std::string& value : values) {
-      const std::string shown = value_of(describe_kernel_plan(resolve_kernel_plan({{stage, value}}, 64)), "kernel." + stage);
+      const std::string shown = value_of(describe_kernel_plan(resolve_kernel_plan({{stage, value}}, 64), false), "kernel." + stage);
       EXPECT_EQ(shown.rfind(value + ": ", 0), 0u) << stage << "=" << value << ": " << shown;
     }
   }
   KernelPlan no_cutlass = d;
   no_cutlass.cutlass_usable = false;
-  EXPECT_NE(value_of(describe_kernel_plan(no_cutlass), "kernel.gemm_m64").find("here: mma for E4M3 weights, cublaslt"),
+  EXPECT_NE(value_of(describe_kernel_plan(no_cutlass, false), "kernel.gemm_m64").find("here: mma for E4M3 weights, cublaslt"),
             std::string::npos);
-  EXPECT_EQ(value_of(describe_kernel_plan(resolve_kernel_plan({{"gemm", "simple"}}, 128)), "kernel.gemm_m64"),
+  EXPECT_EQ(value_of(describe_kernel_plan(resolve_kernel_plan({{"gemm", "simple"}}, 128), false), "kernel.gemm_m64"),
             "library: CUTLASS's mixed-input wgmma GEMM for E4M3 weights, cuBLASLt for bf16 weights, each where usable "
             "(a sequence's results then change with its batch within a rounding bound); here: unused: gemm=simple");
   // A plan holding a value the table lacks (a fallback gone wrong) is an internal error, not "?".
   KernelPlan odd = d;
   odd.gemm_columns = 96;
-  harness_error_message([&] { describe_kernel_plan(odd); }, ErrorKind::kInternal);
+  harness_error_message([&] { describe_kernel_plan(odd, false); }, ErrorKind::kInternal);
 }
 
 // What the plan's rules make of the lever values: the GEMM kernel per row count and format, the
@@ -313,16 +313,29 @@ TEST(KernelPlan, TheRulesFollowTheLevers) {
   EXPECT_EQ(bitwise.block_kernel(512, e4m3), GemmKernel::kMma);
   EXPECT_EQ(bitwise.block_kernel(512, bf16), GemmKernel::kMma);
   EXPECT_EQ(resolve_kernel_plan({{"gemm", "simple"}}, 128).block_kernel(512, e4m3), GemmKernel::kSimple);
-  for (const auto& [k, v] : describe_kernel_plan(bitwise)) {
+  for (const auto& [k, v] : describe_kernel_plan(bitwise, false)) {
     if (k == "batch_invariance") {
       EXPECT_EQ(v.find("bitwise for block rows (own kernels"), 0u) << v;
     }
   }
-  for (const auto& [k, v] : describe_kernel_plan(lt)) {
+  for (const auto& [k, v] : describe_kernel_plan(lt, false)) {
     if (k == "batch_invariance") {
       EXPECT_EQ(v.find("within a rounding bound: cuBLASLt"), 0u) << v;
     }
   }
+  // w8a8's E4M3 GEMMs go to cuBLASLt from one row whatever the bf16 plan says, block and context rows
+  // alike; gemm=simple and ctx_gemm=simple keep both bitwise.
+  const auto invariance = [](const KernelPlan& plan, bool w8a8) {
+    for (const auto& [k, v] : describe_kernel_plan(plan, w8a8)) {
+      if (k == "batch_invariance") return v;
+    }
+    return std::string("(absent)");
+  };
+  const std::string w8a8 = invariance(resolve_kernel_plan({{"gemm_m64", "mma"}}, 128), true);
+  EXPECT_EQ(w8a8.find("within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row"), 0u) << w8a8;
+  EXPECT_NE(w8a8.find("; context rows within a rounding bound (w8a8's k|v on cuBLASLt"), std::string::npos) << w8a8;
+  EXPECT_EQ(invariance(resolve_kernel_plan({{"gemm", "simple"}, {"ctx_gemm", "simple"}}, 128), true),
+            "bitwise for block rows (the plain kernels, k order); context rows bitwise");
 
   // The attention's description and form: whole-window from 1024 warps under auto; on and off hold
   // at every batch; off for the walk keeps one CTA per chunk.
