@@ -66,6 +66,18 @@ std::string attribute_stage(const std::string& stage, const Tensor& expected, co
   if (parse_stage_name(stage, partition.num_layers, &id, /*dflash2=*/true, partition.ranks) && id.rank >= 0) {
     return "rank " + std::to_string(id.rank) + " (its partial)";  // one rank's own value
   }
+  if (stage == stage_name(StageKind::kSelTopkIds) && partition.vocab_size % partition.ranks == 0) {
+    // Candidate ids are global token ids (§5.3): the shards of the first two that differ.
+    const int64_t shard = partition.vocab_size / partition.ranks;
+    for (size_t i = 0; i < expected.values.size(); ++i) {
+      const float e = expected.values[i], a = actual.values[i];
+      if (e == a || !(e >= 0 && a >= 0 && e < partition.vocab_size && a < partition.vocab_size)) continue;
+      const auto e_id = static_cast<int64_t>(e), a_id = static_cast<int64_t>(a);
+      return "expected candidate " + std::to_string(e_id) + " from rank " + std::to_string(e_id / shard) +
+             ", actual candidate " + std::to_string(a_id) + " from rank " + std::to_string(a_id / shard);
+    }
+    return "";
+  }
   const std::vector<Slice> slices = slices_of(stage, expected.cols(), partition);
   std::string failing;
   const Slice* worst = nullptr;

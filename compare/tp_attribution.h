@@ -25,8 +25,9 @@ TpPartition tp_partition(const DrafterConfig& config, int ranks);
 // L{l}.q and L{l}.attn (query heads), L{l}.k and L{l}.v (KV heads: split, or replicated over
 // N / nkv ranks each) and logits (the vocabulary): every rank (or group of replicas) whose slice
 // breaks `bound`, else the one with the largest ratio, e.g. "rank 2 (query heads 16..23, columns
-// 2048..3071)"; a rank's partial ("L{l}.o_proj.partial@r{rank}") names its rank. "" for any other
-// stage, for ranks 1, or where the shape is not the partition's.
+// 2048..3071)"; a rank's partial ("L{l}.o_proj.partial@r{rank}") names its rank; the DFlash2
+// candidates (selector.topk_ids, global ids) name the vocabulary shards of their first differing
+// pair. "" for any other stage, for ranks 1, or where the shape is not the partition's.
 std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
                             const StageBound& bound, const TpPartition& partition);
 

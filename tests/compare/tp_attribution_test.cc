@@ -63,5 +63,17 @@ TEST(TpAttribution, LogitsAndTokensByVocabularyShard) {
   EXPECT_EQ(attribute_tokens(40, 8, partition(1)), "");
 }
 
+// DFlash2's candidates are global token ids: the first pair that differs names the shards that
+// gave each (V 64 at TP 2: ids 32..63 are rank 1's).
+TEST(TpAttribution, CandidateIdsByTheShardThatGaveThem) {
+  const Tensor e({2, 3}, {40, 7, 3, 41, 33, 9});
+  Tensor a = e;
+  a.row(1)[1] = 12.0f;  // rank 1's 33 replaced by rank 0's 12
+  EXPECT_EQ(attribute_stage("selector.topk_ids", e, a, tight(), partition(2)),
+            "expected candidate 33 from rank 1, actual candidate 12 from rank 0");
+  EXPECT_EQ(attribute_stage("selector.topk_ids", e, e, tight(), partition(2)), "");
+  EXPECT_EQ(attribute_stage("selector.topk_ids", e, a, tight(), partition(1)), "");
+}
+
 }  // namespace
 }  // namespace dflash
