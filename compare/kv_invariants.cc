@@ -120,31 +120,43 @@ std::vector<InvariantViolation> check_stored_kv(const DraftProposer& proposer, c
         const Tensor& w = key ? want[static_cast<size_t>(l)].k : want[static_cast<size_t>(l)].v;
         const Tensor& a = key ? got->k : got->v;
         const StageBound bound = stage_bound(pair, context_kv_path(config, key), config.kv_dim());
-        const StageCheck check = check_stage(what, -1, w, a, bound);
-        if (check.passed) continue;
-        std::string detail = seq_name(seq) + ", " + what;
-        if (!check.shape_ok) {
-          detail += ": " + check.shape_detail;
-        } else if (check.fail_criterion == "rounding-bias") {
-          detail += " of positions " + std::to_string(window.begin) + ".." + std::to_string(window.end - 1) +
-                    ": rounding bias: stored vs recomputed " + describe_rounding_bias(*check.bias);
-        } else {
+        // What a failed check saw; `col0`: the first column of the checked slice in the pool row.
+        const auto failure = [&](const StageCheck& check, int64_t col0) -> std::string {
+          if (!check.shape_ok) return ": " + check.shape_detail;
+          if (check.fail_criterion == "rounding-bias") {
+            return " of positions " + std::to_string(window.begin) + ".." + std::to_string(window.end - 1) +
+                   ": rounding bias: stored vs recomputed " + describe_rounding_bias(*check.bias);
+          }
           const int64_t position = window.begin + check.fail_row;
-          detail += " of position " + std::to_string(position) +
-                    (window.slots.empty() ? std::string()
-                                          : " (slot " + std::to_string(window.slots[static_cast<size_t>(check.fail_row)]) + ")") +
-                    ", column " +
-                    std::to_string(check.fail_col) + ": recomputed " + std::to_string(check.fail_expected) +
-                    ", stored " + std::to_string(check.fail_actual) + " (" + check.fail_criterion + " " +
-                    std::to_string(check.fail_value) + " > " + std::to_string(check.fail_bound) + ")";
+          return " of position " + std::to_string(position) +
+                 (window.slots.empty() ? std::string()
+                                       : " (slot " + std::to_string(window.slots[static_cast<size_t>(check.fail_row)]) + ")") +
+                 ", column " + std::to_string(col0 + check.fail_col) + ": recomputed " +
+                 std::to_string(check.fail_expected) + ", stored " + std::to_string(check.fail_actual) + " (" +
+                 check.fail_criterion + " " + std::to_string(check.fail_value) + " > " +
+                 std::to_string(check.fail_bound) + ")";
+        };
+        const StageCheck check = check_stage(what, -1, w, a, bound);
+        const std::string stage = "L" + std::to_string(l) + (key ? ".k" : ".v");
+        if (!check.passed) {
+          std::string detail = seq_name(seq) + ", " + what + failure(check, 0);
+          // At TP = N each rank's pool holds its KV heads' columns (docs/spec/tensor-parallel.md §6):
+          // every rank whose columns break the bound on their own is named.
+          if (check.shape_ok && tp.ranks > 1) {
+            const std::string ranks = attribute_stage(stage, w, a, bound, tp);
+            if (!ranks.empty()) detail += "; pool of " + ranks;
+          }
+          out.push_back({"kv-stored", detail});
+        } else if (tp.ranks > 1) {
+          // Each rank's pool on its own: a rounding bias confined to one rank's columns can stay
+          // under the bound of the whole row.
+          for (const TpColumnSlice& slice : tp_column_slices(stage, w.cols(), tp)) {
+            const StageCheck part = check_stage(what, -1, tp_columns(w, slice), tp_columns(a, slice), bound);
+            if (part.passed) continue;
+            out.push_back({"kv-stored", seq_name(seq) + ", " + what + " in the pool of " + describe_slice(slice) +
+                                            failure(part, slice.first)});
+          }
         }
-        // At TP = N each rank's pool holds its KV heads' columns (docs/spec/tensor-parallel.md §6):
-        // every rank whose columns break the bound on their own is named.
-        if (check.shape_ok && tp.ranks > 1) {
-          const std::string ranks = attribute_stage("L" + std::to_string(l) + (key ? ".k" : ".v"), w, a, bound, tp);
-          if (!ranks.empty()) detail += "; pool of " + ranks;
-        }
-        out.push_back({"kv-stored", detail});
       }
     }
   }

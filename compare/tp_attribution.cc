@@ -8,30 +8,17 @@
 namespace dflash {
 namespace {
 
-// Columns [first, first + count) of every row.
-Tensor columns(const Tensor& t, int64_t first, int64_t count) {
-  Tensor out = Tensor::zeros({t.rows(), count});
-  for (int64_t r = 0; r < t.rows(); ++r) {
-    for (int64_t c = 0; c < count; ++c) out.row(r)[c] = t.row(r)[first + c];
-  }
-  return out;
-}
-
 std::string range(int64_t first, int64_t count) {
   return std::to_string(first) + ".." + std::to_string(first + count - 1);
 }
 
-// One owner of a column slice: "rank 2" or "ranks 4..5", and what its columns hold.
-struct Slice {
-  std::string owner, what;
-  int64_t first = 0, count = 0;
-};
+}  // namespace
 
-std::vector<Slice> slices_of(const std::string& stage, int64_t cols, const TpPartition& p) {
+std::vector<TpColumnSlice> tp_column_slices(const std::string& stage, int64_t cols, const TpPartition& p) {
   const int n = p.ranks;
   // `unit` is singular; a slice of several takes an "s" ("query heads 4..5", "KV head 1").
   auto per_rank = [&](int64_t units, int64_t width, const std::string& unit) {
-    std::vector<Slice> out;
+    std::vector<TpColumnSlice> out;
     if (units % n != 0 || units * width != cols) return out;
     const int64_t each = units / n;
     for (int r = 0; r < n; ++r) {
@@ -48,7 +35,7 @@ std::vector<Slice> slices_of(const std::string& stage, int64_t cols, const TpPar
   if (id.kind != StageKind::kK && id.kind != StageKind::kV) return {};
   if (n <= p.num_kv_heads) return per_rank(p.num_kv_heads, d, "KV head");
   // Replicated (§2): KV head κ on ranks κ·R .. κ·R + R − 1.
-  std::vector<Slice> out;
+  std::vector<TpColumnSlice> out;
   if (n % p.num_kv_heads != 0 || p.num_kv_heads * d != cols) return out;
   const int replicas = n / p.num_kv_heads;
   for (int k = 0; k < p.num_kv_heads; ++k) {
@@ -57,7 +44,17 @@ std::vector<Slice> slices_of(const std::string& stage, int64_t cols, const TpPar
   return out;
 }
 
-}  // namespace
+Tensor tp_columns(const Tensor& t, const TpColumnSlice& slice) {
+  Tensor out = Tensor::zeros({t.rows(), slice.count});
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    for (int64_t c = 0; c < slice.count; ++c) out.row(r)[c] = t.row(r)[slice.first + c];
+  }
+  return out;
+}
+
+std::string describe_slice(const TpColumnSlice& slice) {
+  return slice.owner + " (" + slice.what + ", columns " + range(slice.first, slice.count) + ")";
+}
 
 std::string attribute_stage(const std::string& stage, const Tensor& expected, const Tensor& actual,
                             const StageBound& bound, const TpPartition& partition) {
@@ -78,15 +75,13 @@ std::string attribute_stage(const std::string& stage, const Tensor& expected, co
     }
     return "";
   }
-  const std::vector<Slice> slices = slices_of(stage, expected.cols(), partition);
+  const std::vector<TpColumnSlice> slices = tp_column_slices(stage, expected.cols(), partition);
   std::string failing;
-  const Slice* worst = nullptr;
+  const TpColumnSlice* worst = nullptr;
   double worst_ratio = -1;
-  for (const Slice& s : slices) {
-    const StageCheck check =
-        check_stage(stage, 0, columns(expected, s.first, s.count), columns(actual, s.first, s.count), bound);
-    const std::string text = s.owner + " (" + s.what + ", columns " + range(s.first, s.count) + ")";
-    if (!check.passed) failing += (failing.empty() ? "" : "; ") + text;
+  for (const TpColumnSlice& s : slices) {
+    const StageCheck check = check_stage(stage, 0, tp_columns(expected, s), tp_columns(actual, s), bound);
+    if (!check.passed) failing += (failing.empty() ? "" : "; ") + describe_slice(s);
     if (check.ratio > worst_ratio) worst_ratio = check.ratio, worst = &s;
   }
   if (!failing.empty() || worst == nullptr) return failing;
@@ -101,7 +96,7 @@ TpPartition tp_partition(const DrafterConfig& config, int ranks) {
 std::string kv_column_owner(int64_t column, const TpPartition& partition) {
   if (partition.ranks <= 1) return "";
   const int64_t cols = int64_t{partition.num_kv_heads} * partition.head_dim;
-  for (const Slice& s : slices_of("L0.k", cols, partition)) {
+  for (const TpColumnSlice& s : tp_column_slices("L0.k", cols, partition)) {
     if (column >= s.first && column < s.first + s.count) return s.owner + " (" + s.what + ")";
   }
   return "";

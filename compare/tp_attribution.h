@@ -22,6 +22,21 @@ struct TpPartition {
 // `config` split over `ranks` (one definition for replay and the K/V pool checks).
 TpPartition tp_partition(const DrafterConfig& config, int ranks);
 
+// The columns one rank holds of a column-parallel value (a replicated KV head: its group of ranks).
+struct TpColumnSlice {
+  std::string owner;  // "rank 2", "ranks 4..5"
+  std::string what;   // "query heads 16..23", "KV head 1", "tokens 32..47"
+  int64_t first = 0, count = 0;
+};
+// Every rank's slice of stage `stage` of `cols` columns: L{l}.q and L{l}.attn (query heads),
+// L{l}.k and L{l}.v (KV heads, split or replicated), logits (the vocabulary); empty for any other
+// stage or a width that is not the partition's.
+std::vector<TpColumnSlice> tp_column_slices(const std::string& stage, int64_t cols, const TpPartition& partition);
+// The slice's columns of every row of `t`.
+Tensor tp_columns(const Tensor& t, const TpColumnSlice& slice);
+// "rank 1 (KV head 1, columns 16..31)"
+std::string describe_slice(const TpColumnSlice& slice);
+
 // L{l}.q and L{l}.attn (query heads), L{l}.k and L{l}.v (KV heads: split, or replicated over
 // N / nkv ranks each) and logits (the vocabulary): every rank (or group of replicas) whose slice
 // breaks `bound`, else the one with the largest ratio, e.g. "rank 2 (query heads 16..23, columns

@@ -103,9 +103,11 @@ std::unique_ptr<PluginCreateArgs> make_create_args(const DrafterConfig& config,
   c.config_json = a->config_json.c_str();
 
   // Version 1's head settings are a prefix of version 2's (the layout below is checked).
-  static_assert(offsetof(dflash_head_settings, precision) + sizeof(int32_t) <= DFLASH_HEAD_SETTINGS_V1_SIZE &&
-                    offsetof(dflash_head_settings, tp_size) >= offsetof(dflash_head_settings, precision) + sizeof(int32_t) &&
-                    DFLASH_HEAD_SETTINGS_V1_SIZE % alignof(dflash_head_settings) == 0 &&
+  // Version 1's size: its fields up to `precision`, padded to the struct's (int64_t's) alignment.
+  constexpr size_t v1_end = offsetof(dflash_head_settings, precision) + sizeof(int32_t);
+  static_assert(DFLASH_HEAD_SETTINGS_V1_SIZE ==
+                        (v1_end + alignof(dflash_head_settings) - 1) / alignof(dflash_head_settings) * alignof(dflash_head_settings) &&
+                    offsetof(dflash_head_settings, tp_size) >= v1_end &&
                     DFLASH_HEAD_SETTINGS_V1_SIZE < sizeof(dflash_head_settings),
                 "ABI version 1's dflash_head_settings must be a prefix of version 2's");
   dflash_head_settings& h = a->head;

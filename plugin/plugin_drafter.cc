@@ -191,7 +191,7 @@ Introspection PluginDrafter::introspection() const {
   in.taps = library_->has(DFLASH_CAP_TAPS);
   in.path = library_->has(DFLASH_CAP_PATH);
   in.stages_not_given = stages_not_given_;
-  in.why = "plugin ABI version " + std::to_string(DFLASH_DRAFTER_ABI_VERSION) + ", capabilities " +
+  in.why = "plugin ABI version " + std::to_string(library_->abi_version()) + ", capabilities " +
            capability_list(*library_);
   return in;
 }
@@ -199,7 +199,7 @@ Introspection PluginDrafter::introspection() const {
 std::vector<std::pair<std::string, std::string>> PluginDrafter::describe() const {
   std::vector<std::pair<std::string, std::string>> out = {
       {"plugin", library_->path()},
-      {"abi", std::to_string(DFLASH_DRAFTER_ABI_VERSION)},
+      {"abi", std::to_string(library_->abi_version())},
       {"capabilities", capability_list(*library_)},
       {"precision", precision_name(settings_.precision)},
   };

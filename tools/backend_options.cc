@@ -23,7 +23,7 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--plugin-option", o->plugin_options, "KEY=VALUE handed to each plugin's create(); repeatable");
-  cmd->add_flag("--isolate,!--no-isolate", o->no_isolate,
+  cmd->add_flag("--isolate,!--no-isolate", o->isolate,
                 "Run plugins in a child process (the default): a crash or hang fails that fixture and the run goes "
                 "on. --no-isolate runs them in the harness's process");
   cmd->add_option("--plugin-timeout", o->plugin_timeout_s,
@@ -46,7 +46,7 @@ ReplayRequest make_replay_request(const BackendOptions& o) {
   request.backends = parse_backends(o.backend);
   request.precision = resolve_precision(request.backends, o.precision.empty() ? std::nullopt : std::optional<std::string>(o.precision));
   request.cuda_warmup = o.warmup;
-  request.plugins.isolate = !o.no_isolate;
+  request.plugins.isolate = o.isolate;
   request.plugins.timeout_s = o.plugin_timeout_s;
   for (const std::string& kv : o.plugin_options) {
     const size_t eq = kv.find('=');

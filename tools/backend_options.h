@@ -15,7 +15,7 @@ struct BackendOptions {
   std::string precision;  // empty: the backends' default
   int warmup = 1;
   std::vector<std::string> plugin_options;  // KEY=VALUE
-  bool no_isolate = false;
+  bool isolate = true;  // --isolate (the default) / --no-isolate
   double plugin_timeout_s = 60;
   int tp = 1;                     // --tp: the reference emulating TP = N (docs/spec/tensor-parallel.md)
   std::string tp_reduce = "fp32";  // --tp-reduce

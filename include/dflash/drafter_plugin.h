@@ -120,7 +120,8 @@ typedef struct dflash_head_settings {
 } dflash_head_settings;
 
 /* sizeof(dflash_head_settings) in ABI version 1, whose last field is `precision`: what the harness
- * passes as head->struct_size to a version-1 plugin. */
+ * passes as head->struct_size to a version-1 plugin. tp_size lies inside version 1's tail padding,
+ * so a reader of version 2's fields tests struct_size >= sizeof(dflash_head_settings). */
 #define DFLASH_HEAD_SETTINGS_V1_SIZE 40u
 
 typedef struct dflash_option {

@@ -1,6 +1,10 @@
 // The K/V invariants at TP = N check each rank's pool (docs/spec/tensor-parallel.md §6): a stored
 // value off in one rank's KV heads is named with that rank (split heads) or its replicas (a
-// replicated head), by kv-stored in a replay and by kv-outside-window on a changed free slot.
+// replicated head), by kv-stored in a replay and by kv-outside-window on a changed free slot; a
+// rounding bias the whole row dilutes is caught in the one rank's columns.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +42,39 @@ class OffKeyColumn : public ForwardingProposer {
   int layer_;
   int64_t column_;
   float delta_;
+};
+
+// Reads back layer 0's K with every `every`-th element of columns [first, first + count) one bf16
+// ulp toward zero: a truncating store confined to those columns.
+class TruncatedKeyColumns : public ForwardingProposer {
+ public:
+  TruncatedKeyColumns(std::unique_ptr<DraftProposer> inner, int64_t first, int64_t count, int every)
+      : ForwardingProposer(std::move(inner)), first_(first), count_(count), every_(every) {}
+  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
+    return truncated(layer, inner().read_kv(layer, slots));
+  }
+  std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override {
+    return truncated(layer, inner().read_kv_at(layer, seq, positions));
+  }
+
+ private:
+  std::optional<KvRows> truncated(int layer, std::optional<KvRows> rows) const {
+    if (!rows || layer != 0) return rows;
+    for (int64_t r = 0; r < rows->k.rows(); ++r) {
+      for (int64_t c = first_; c < first_ + count_; ++c) {
+        float& x = rows->k.row(r)[c];
+        if ((r * count_ + c) % every_ != 0 || x == 0 || !std::isfinite(x)) continue;
+        x = std::nextafter(x, 0.0f);  // below the bf16 value: then cut to bf16 toward zero
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        bits &= 0xFFFF0000u;
+        std::memcpy(&x, &bits, sizeof bits);
+      }
+    }
+    return rows;
+  }
+  int64_t first_, count_;
+  int every_;
 };
 
 Fixture loaded(const std::string& dir) {
@@ -90,6 +127,42 @@ TEST(TpKvPools, AReplicatedHeadNamesItsReplicas) {
   const std::vector<std::string> failures = kv_stored_failures("oracle/bias-mqa-eps", 2, 7, 0.5f);
   ASSERT_FALSE(failures.empty());
   EXPECT_TRUE(contains(failures[0], "; pool of ranks 0..1 (KV head 0, columns 0..31)")) << failures[0];
+}
+
+// The kv-stored failures, over every step, of a bf16 reference at TP = `tp` whose layer-0 K reads
+// back with every `every`-th element of rank 1's columns (16..31 of tiny-gqa) cut toward zero.
+std::vector<std::string> truncated_failures(int tp, int every) {
+  const Fixture fixture = loaded("oracle/tiny-gqa");
+  HeadSettings head = head_at(fixture, tp);
+  head.precision = Precision::kBf16;
+  TruncatedKeyColumns drafter(make_reference_drafter(fixture.config, fixture.weights, head), 16, 16, every);
+  const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
+  const std::vector<ReplayLane> lanes = {
+      {&drafter, Precision::kBf16, false,
+       make_reference_context_kv(fixture.config, fixture.weights, Precision::kBf16, window)}};
+  ReplayOptions options;
+  options.tp_size = tp;
+  std::vector<std::string> out;
+  for (const InvariantFailure& f : replay_fixture(fixture, lanes, {}, options).invariant_failures) {
+    if (f.invariant == "kv-stored") out.push_back(f.detail);
+  }
+  return out;
+}
+
+// An eighth of rank 1's elements cut toward zero: -0.125 ulp over its columns, -0.0625 over the
+// whole row, which the floor of the whole row's bias bound (1/16 ulp) lets pass. Each rank's pool
+// checked on its own catches it; at TP 1 there is only the whole row.
+TEST(TpKvPools, ABiasConfinedToOneRanksPoolIsCaughtInThatPool) {
+  const std::vector<std::string> tp2 = truncated_failures(2, 8);
+  ASSERT_FALSE(tp2.empty());
+  EXPECT_EQ(tp2[0].rfind("sequence 0, L0.K in the pool of rank 1 (KV head 1, columns 16..31) of positions 0..", 0), 0u)
+      << tp2[0];
+  EXPECT_TRUE(contains(tp2[0], "rounding bias: stored vs recomputed mean signed error -0.125 bf16 ulp")) << tp2[0];
+  EXPECT_TRUE(truncated_failures(1, 8).empty()) << "the whole row's mean stays under its bound";
+  // Every element of rank 1's columns: the whole row fails too, and names the rank.
+  const std::vector<std::string> all = truncated_failures(2, 1);
+  ASSERT_FALSE(all.empty());
+  EXPECT_TRUE(contains(all[0], "; pool of rank 1 (KV head 1, columns 16..31)")) << all[0];
 }
 
 TEST(TpKvPools, TheCleanReferenceAndTpOneNameNoRank) {

@@ -66,6 +66,10 @@ TEST(PluginCli, EveryOracleFixturePassesThroughTheExamplePluginIsolatedAndInProc
       EXPECT_EQ(result["verdict"], "pass") << mode << " " << result["fixture"];
       const json& p = result["proposers"][0];
       EXPECT_EQ(p["name"], "plugin:reference-example-fp64");
+      // --isolate runs it in a child process, --no-isolate in the harness's own.
+      bool isolated = false;
+      for (const json& lever : p["levers"]) isolated = isolated || lever[0] == "isolated";
+      EXPECT_EQ(isolated, std::string(mode) == "--isolate") << mode << " " << p["levers"].dump();
       // The stage taps were compared (the example gives them): a worst stage besides the logits.
       bool tapped = false;
       for (const json& seq : result["sequences"]) tapped = tapped || seq["stages"].size() > 1;
@@ -156,6 +160,8 @@ TEST(PluginCli, TpIsRefusedForAPluginWithoutTheCapabilityOrOfVersion1) {
   EXPECT_EQ(r.run.exit_code, 1) << r.run.output;
   ASSERT_EQ(r.report["results"].size(), 1u) << r.run.output;
   EXPECT_EQ(r.report["results"][0]["first_divergence"]["stage"], "logits");
+  const json& levers = r.report["results"][0]["proposers"][0]["levers"];
+  EXPECT_NE(levers.dump().find("[\"abi\",\"1\"]"), std::string::npos) << "the version it implements: " << levers.dump();
 }
 
 TEST(PluginCli, RopeSignIsCaughtAtTheFirstQueryStage) {
