@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,50 +21,42 @@
 namespace dflash {
 namespace {
 
-// Reads back layer `layer`'s K with `delta` added at column `column` of every slot.
-class OffKeyColumn : public ForwardingProposer {
+// Reads back layer `layer`'s K edited by `edit` (a store fault the read-back shows).
+class EditedKeys : public ForwardingProposer {
  public:
-  OffKeyColumn(std::unique_ptr<DraftProposer> inner, int layer, int64_t column, float delta)
-      : ForwardingProposer(std::move(inner)), layer_(layer), column_(column), delta_(delta) {}
+  EditedKeys(std::unique_ptr<DraftProposer> inner, int layer, std::function<void(Tensor&)> edit)
+      : ForwardingProposer(std::move(inner)), layer_(layer), edit_(std::move(edit)) {}
   std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
-    return off(layer, inner().read_kv(layer, slots));
+    return edited(layer, inner().read_kv(layer, slots));
   }
   std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override {
-    return off(layer, inner().read_kv_at(layer, seq, positions));
+    return edited(layer, inner().read_kv_at(layer, seq, positions));
   }
 
  private:
-  std::optional<KvRows> off(int layer, std::optional<KvRows> rows) const {
-    if (rows && layer == layer_) {
-      for (int64_t r = 0; r < rows->k.rows(); ++r) rows->k.row(r)[column_] += delta_;
-    }
+  std::optional<KvRows> edited(int layer, std::optional<KvRows> rows) const {
+    if (rows && layer == layer_) edit_(rows->k);
     return rows;
   }
   int layer_;
-  int64_t column_;
-  float delta_;
+  std::function<void(Tensor&)> edit_;
 };
 
-// Reads back layer 0's K with every `every`-th element of columns [first, first + count) one bf16
-// ulp toward zero: a truncating store confined to those columns.
-class TruncatedKeyColumns : public ForwardingProposer {
- public:
-  TruncatedKeyColumns(std::unique_ptr<DraftProposer> inner, int64_t first, int64_t count, int every)
-      : ForwardingProposer(std::move(inner)), first_(first), count_(count), every_(every) {}
-  std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override {
-    return truncated(layer, inner().read_kv(layer, slots));
-  }
-  std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override {
-    return truncated(layer, inner().read_kv_at(layer, seq, positions));
-  }
+// `delta` added at column `column` of every slot.
+std::function<void(Tensor&)> off_column(int64_t column, float delta) {
+  return [=](Tensor& k) {
+    for (int64_t r = 0; r < k.rows(); ++r) k.row(r)[column] += delta;
+  };
+}
 
- private:
-  std::optional<KvRows> truncated(int layer, std::optional<KvRows> rows) const {
-    if (!rows || layer != 0) return rows;
-    for (int64_t r = 0; r < rows->k.rows(); ++r) {
-      for (int64_t c = first_; c < first_ + count_; ++c) {
-        float& x = rows->k.row(r)[c];
-        if ((r * count_ + c) % every_ != 0 || x == 0 || !std::isfinite(x)) continue;
+// Every `every`-th element of columns [first, first + count) one bf16 ulp toward zero: a
+// truncating store confined to those columns.
+std::function<void(Tensor&)> truncated_columns(int64_t first, int64_t count, int every) {
+  return [=](Tensor& k) {
+    for (int64_t r = 0; r < k.rows(); ++r) {
+      for (int64_t c = first; c < first + count; ++c) {
+        float& x = k.row(r)[c];
+        if ((r * count + c) % every != 0 || x == 0 || !std::isfinite(x)) continue;
         x = std::nextafter(x, 0.0f);  // below the bf16 value: then cut to bf16 toward zero
         uint32_t bits;
         std::memcpy(&bits, &x, sizeof bits);
@@ -71,11 +64,8 @@ class TruncatedKeyColumns : public ForwardingProposer {
         std::memcpy(&x, &bits, sizeof bits);
       }
     }
-    return rows;
-  }
-  int64_t first_, count_;
-  int every_;
-};
+  };
+}
 
 Fixture loaded(const std::string& dir) {
   Fixture fixture = read_fixture(std::string(DFLASH_SOURCE_DIR) + "/fixtures/" + dir);
@@ -90,24 +80,36 @@ HeadSettings head_at(const Fixture& fixture, int tp) {
   return head;
 }
 
-// The kv-stored failures of a TP = `tp` reference whose layer-1 K reads back `delta` off at `column`.
-std::vector<std::string> kv_stored_failures(const std::string& dir, int tp, int64_t column, float delta) {
+// The kv-stored failures of a reference at TP = `tp` and `precision` on fixture `dir` whose
+// layer-`layer` K reads back edited by `edit`, over steps 0..`last_step` (-1: all).
+std::vector<std::string> kv_stored(const std::string& dir, int tp, Precision precision, int layer,
+                                   std::function<void(Tensor&)> edit, int last_step) {
   const Fixture fixture = loaded(dir);
-  const HeadSettings head = head_at(fixture, tp);
-  OffKeyColumn drafter(make_reference_drafter(fixture.config, fixture.weights, head), 1, column, delta);
+  HeadSettings head = head_at(fixture, tp);
+  head.precision = precision;
+  EditedKeys drafter(make_reference_drafter(fixture.config, fixture.weights, head), layer, std::move(edit));
   const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
   const std::vector<ReplayLane> lanes = {
-      {&drafter, Precision::kFp32, false,
-       make_reference_context_kv(fixture.config, fixture.weights, Precision::kFp32, window)}};
+      {&drafter, precision, false, make_reference_context_kv(fixture.config, fixture.weights, precision, window)}};
   ReplayOptions options;
   options.tp_size = tp;
-  options.last_step = 0;
-  const ReplayResult result = replay_fixture(fixture, lanes, {}, options);
+  options.last_step = last_step;
   std::vector<std::string> out;
-  for (const InvariantFailure& f : result.invariant_failures) {
+  for (const InvariantFailure& f : replay_fixture(fixture, lanes, {}, options).invariant_failures) {
     if (f.invariant == "kv-stored") out.push_back(f.detail);
   }
   return out;
+}
+
+// Step 0 at fp32, layer 1's K `delta` off at `column`.
+std::vector<std::string> kv_stored_failures(const std::string& dir, int tp, int64_t column, float delta) {
+  return kv_stored(dir, tp, Precision::kFp32, 1, off_column(column, delta), 0);
+}
+
+// Every step at bf16, every `every`-th element of rank 1's columns of layer 0's K (16..31 of
+// tiny-gqa) cut toward zero.
+std::vector<std::string> truncated_failures(int tp, int every) {
+  return kv_stored("oracle/tiny-gqa", tp, Precision::kBf16, 0, truncated_columns(16, 16, every), -1);
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -127,26 +129,6 @@ TEST(TpKvPools, AReplicatedHeadNamesItsReplicas) {
   const std::vector<std::string> failures = kv_stored_failures("oracle/bias-mqa-eps", 2, 7, 0.5f);
   ASSERT_FALSE(failures.empty());
   EXPECT_TRUE(contains(failures[0], "; pool of ranks 0..1 (KV head 0, columns 0..31)")) << failures[0];
-}
-
-// The kv-stored failures, over every step, of a bf16 reference at TP = `tp` whose layer-0 K reads
-// back with every `every`-th element of rank 1's columns (16..31 of tiny-gqa) cut toward zero.
-std::vector<std::string> truncated_failures(int tp, int every) {
-  const Fixture fixture = loaded("oracle/tiny-gqa");
-  HeadSettings head = head_at(fixture, tp);
-  head.precision = Precision::kBf16;
-  TruncatedKeyColumns drafter(make_reference_drafter(fixture.config, fixture.weights, head), 16, 16, every);
-  const int64_t window = head.resolved(fixture.config).max_window(fixture.config);
-  const std::vector<ReplayLane> lanes = {
-      {&drafter, Precision::kBf16, false,
-       make_reference_context_kv(fixture.config, fixture.weights, Precision::kBf16, window)}};
-  ReplayOptions options;
-  options.tp_size = tp;
-  std::vector<std::string> out;
-  for (const InvariantFailure& f : replay_fixture(fixture, lanes, {}, options).invariant_failures) {
-    if (f.invariant == "kv-stored") out.push_back(f.detail);
-  }
-  return out;
 }
 
 // An eighth of rank 1's elements cut toward zero: -0.125 ulp over its columns, -0.0625 over the
