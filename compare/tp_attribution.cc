@@ -12,6 +12,9 @@ std::string range(int64_t first, int64_t count) {
   return std::to_string(first) + ".." + std::to_string(first + count - 1);
 }
 
+// The rank whose vocabulary shard holds global token id `token` (§5.2; N divides V).
+int64_t vocab_rank(int64_t token, const TpPartition& p) { return token / (p.vocab_size / p.ranks); }
+
 }  // namespace
 
 std::vector<TpColumnSlice> tp_column_slices(const std::string& stage, int64_t cols, const TpPartition& p) {
@@ -65,13 +68,12 @@ std::string attribute_stage(const std::string& stage, const Tensor& expected, co
   }
   if (stage == stage_name(StageKind::kSelTopkIds) && partition.vocab_size % partition.ranks == 0) {
     // Candidate ids are global token ids (§5.3): the shards of the first two that differ.
-    const int64_t shard = partition.vocab_size / partition.ranks;
     for (size_t i = 0; i < expected.values.size(); ++i) {
       const float e = expected.values[i], a = actual.values[i];
       if (e == a || !(e >= 0 && a >= 0 && e < partition.vocab_size && a < partition.vocab_size)) continue;
       const auto e_id = static_cast<int64_t>(e), a_id = static_cast<int64_t>(a);
-      return "expected candidate " + std::to_string(e_id) + " from rank " + std::to_string(e_id / shard) +
-             ", actual candidate " + std::to_string(a_id) + " from rank " + std::to_string(a_id / shard);
+      return "expected candidate " + std::to_string(e_id) + " from rank " + std::to_string(vocab_rank(e_id, partition)) +
+             ", actual candidate " + std::to_string(a_id) + " from rank " + std::to_string(vocab_rank(a_id, partition));
     }
     return "";
   }
@@ -104,9 +106,8 @@ std::string kv_column_owner(int64_t column, const TpPartition& partition) {
 
 std::string attribute_tokens(int64_t expected, int64_t actual, const TpPartition& partition) {
   if (partition.ranks <= 1 || partition.vocab_size % partition.ranks != 0) return "";
-  const int64_t shard = partition.vocab_size / partition.ranks;
-  return "expected token " + std::to_string(expected) + " on rank " + std::to_string(expected / shard) +
-         ", actual token " + std::to_string(actual) + " on rank " + std::to_string(actual / shard);
+  return "expected token " + std::to_string(expected) + " on rank " + std::to_string(vocab_rank(expected, partition)) +
+         ", actual token " + std::to_string(actual) + " on rank " + std::to_string(vocab_rank(actual, partition));
 }
 
 }  // namespace dflash

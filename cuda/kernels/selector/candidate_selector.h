@@ -7,9 +7,10 @@
 //
 // The kernels: top-K, over slices of each mask row, then a merge per row (a row's candidates depend
 // on that row only; at TP = N the slices lie inside the N vocabulary shards and the merge is
-// docs/spec/tensor-parallel.md §5.3's global merge of the shards' candidates); edge scores, one warp per score; the walk, one warp per sequence. Every value
-// is reduced in a fixed order and the top-K order is total: same inputs, same bits, whatever the
-// batch. Nothing is allocated: graph-capturable.
+// docs/spec/tensor-parallel.md §5.3's global merge of the shards' candidates); edge scores, one
+// warp per score; the walk, one warp per sequence. Every value is reduced in a fixed order and the
+// top-K order is total: same inputs, same bits, whatever the batch. Nothing is allocated:
+// graph-capturable.
 #pragma once
 #include <cstdint>
 
