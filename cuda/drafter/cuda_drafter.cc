@@ -366,7 +366,9 @@ void CudaDrafter::allocate_buffers() {
       size_t workspace = 0;
       for (const auto& [cols, k] : std::vector<std::pair<int64_t, int64_t>>{
                {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_},
-               {h, ld_tp_attn_}, {h, ld_tp_act_}, {vocab / tp_, ld_hidden_}}) {
+               {h, ld_tp_attn_}, {h, ld_tp_act_}, {vocab / tp_, ld_hidden_},
+               // w8a8 with static activation scales: one GEMM per projection (q, k, v; gate, up)
+               {qkv_n - 2 * kv_dim, ld_hidden_}, {kv_dim, ld_hidden_}, {inter, ld_hidden_}}) {
         for (int64_t m = KernelPlan::kBlockLibraryMinRows; m <= rows; ++m) {
           workspace = std::max(workspace, cutlass_mixed_workspace_bytes(m, cols, k));
         }

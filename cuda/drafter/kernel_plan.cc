@@ -52,8 +52,11 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   d.emplace_back("fallbacks", fallbacks.empty() ? "none" : fallbacks);
   std::string invariance;
   if (w8a8 && plan.block_gemm != GemmKernel::kSimple) {
-    invariance = "within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row (gemm=simple keeps "
-                 "them bitwise)";
+    invariance = "within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row";
+    if (plan.block_kernel(KernelPlan::kBlockLibraryMinRows, WeightFormat::kE4M3) == GemmKernel::kCutlass) {
+      invariance += " and on CUTLASS from " + std::to_string(KernelPlan::kBlockLibraryMinRows);
+    }
+    invariance += " (gemm=simple keeps them bitwise)";
   } else if (w8a8) {
     invariance = "bitwise for block rows (the plain kernels, k order)";
   } else if (plan.block_gemm == GemmKernel::kCublasLt) {

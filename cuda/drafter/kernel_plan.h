@@ -70,7 +70,8 @@ KernelPlan resolve_kernel_plan(const std::map<std::string, std::string>& request
 
 // describe() entries of the plan: every lever of the table, the fallbacks taken, the batch
 // invariance it gives. `w8a8`: the E4M3 GEMMs take quantized activations (gemm_w8a8), on cuBLASLt
-// from one row unless the lever asks for the plain kernel.
+// from one row and CUTLASS from kBlockLibraryMinRows block rows, unless the lever asks for the
+// plain kernel.
 std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const KernelPlan& plan, bool w8a8);
 
 }  // namespace dflash

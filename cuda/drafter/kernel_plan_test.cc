@@ -333,7 +333,12 @@ TEST(KernelPlan, TheRulesFollowTheLevers) {
   };
   const std::string w8a8 = invariance(resolve_kernel_plan({{"gemm_m64", "mma"}}, 128), true);
   EXPECT_EQ(w8a8.find("within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row"), 0u) << w8a8;
+  EXPECT_EQ(w8a8.find(" and on CUTLASS"), std::string::npos) << w8a8;
   EXPECT_NE(w8a8.find("; context rows within a rounding bound (w8a8's k|v on cuBLASLt"), std::string::npos) << w8a8;
+  // The default plan sends w8a8's block GEMMs of 64 rows and more to CUTLASS's FP8 GEMM.
+  const std::string w8a8_library = invariance(resolve_kernel_plan({}, 128), true);
+  EXPECT_NE(w8a8_library.find("on cuBLASLt from one block row and on CUTLASS from 64"), std::string::npos)
+      << w8a8_library;
   EXPECT_EQ(invariance(resolve_kernel_plan({{"gemm", "simple"}, {"ctx_gemm", "simple"}}, 128), true),
             "bitwise for block rows (the plain kernels, k order); context rows bitwise");
 

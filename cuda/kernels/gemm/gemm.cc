@@ -134,6 +134,7 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
 GemmKernel w8a8_gemm_kernel(const GemmContext& ctx, GemmKernel requested, int64_t m, int64_t lda,
                             const DeviceMatrixView& w) {
   if (requested == GemmKernel::kSimple) return GemmKernel::kSimple;
+  if (requested == GemmKernel::kCutlass && ctx.cutlass_workspace != nullptr) return GemmKernel::kCutlass;
   return cublaslt_supports(ctx, m, w.n, w.k_pad, lda, w.k_pad, nullptr, CUDA_R_8F_E4M3) ? GemmKernel::kCublasLt
                                                                                         : GemmKernel::kSimple;
 }
@@ -143,6 +144,24 @@ void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, i
   if (m < 1) throw internal_error("gemm_w8a8: m must be >= 1");
   if (w.format != WeightFormat::kE4M3 || row_scale == nullptr) {
     throw internal_error("gemm_w8a8: needs E4M3 weights and the activations' row scales");
+  }
+  if (requested == GemmKernel::kCutlass && ctx.cutlass_workspace != nullptr) {
+    // Both scales in CUTLASS's epilogue, in the epilogue kernel's order; a product only stored goes
+    // straight to the output (the argmax partials, if asked, then read it there), the rest finishes
+    // in the epilogue kernel without the scales.
+    const bool direct = epilogue.out != nullptr && epilogue.residual == nullptr && epilogue.swiglu_out == nullptr &&
+                        w.bias == nullptr;
+    float* product = direct ? epilogue.out : raw_scratch(GemmKernel::kCutlass, ctx, m, w.n);
+    const int64_t ld_product = direct ? epilogue.ld_out : w.n;
+    launch_gemm_cutlass_w8a8(ctx.stream, a, lda, m, w, row_scale, product, ld_product, ctx.cutlass_workspace,
+                             ctx.cutlass_workspace_bytes, gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
+    if (direct && epilogue.argmax_value == nullptr) return;
+    DeviceMatrixView finish = w;
+    finish.scale = nullptr;  // applied
+    GemmEpilogue rest = epilogue;
+    if (direct) rest.out = nullptr;  // written
+    launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
+    return;
   }
   float* raw = raw_scratch(GemmKernel::kSimple, ctx, m, w.n);
   // The library where it has an algorithm (one heuristic query, as w8a8_gemm_kernel's), else the plain kernel.

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -127,9 +128,11 @@ bool cublaslt_supports(const GemmContext& ctx, int64_t m, int64_t n, int64_t k, 
 // W8A8 (docs/spec/drafter.md §6): C = row_scale[m] · (A8·W8ᵀ · scale[n]) (+ bias) with the epilogue,
 // where A8 is E4M3 codes [m, lda] (zeros past w.k, launch_quantize_activations_e4m3) and
 // row_scale their per-row scales. Each product of two E4M3 values is exact in fp32; the sums are the
-// only roundings. Kernels: kSimple (one thread per output, k order) or kCublasLt (E4M3 tensor cores,
-// per-tensor scales of 1, over k_pad); any other request runs the library where it serves the shape
-// (w8a8_gemm_kernel), the plain kernel elsewhere. The epilogue kernel finishes both.
+// only roundings. Kernels: kSimple (one thread per output, k order), kCutlass (CUTLASS's FP8 × FP8
+// GEMM with both scales in its epilogue, gemm_cutlass_mixed.h; where the context has its
+// workspace) or kCublasLt (E4M3 tensor cores, per-tensor scales of 1, over k_pad); any other
+// request runs cuBLASLt where it serves the shape (w8a8_gemm_kernel), the plain kernel elsewhere.
+// The epilogue kernel finishes them (for CUTLASS only what is more than a scaled store).
 GemmKernel w8a8_gemm_kernel(const GemmContext& ctx, GemmKernel requested, int64_t m, int64_t lda,
                             const DeviceMatrixView& w);
 void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m,
@@ -164,7 +167,17 @@ bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda,
 // raw[m, n] = A·Wᵀ through cuBLASLt with E4M3 activations too (per-tensor scales of 1, over k_pad):
 // W8A8's library path (gemm_w8a8) and the benchmarks' E4M3 tensor-core peak. Returns false, launching
 // nothing, when cuBLASLt has no algorithm for the shape (or there is no handle).
+// `algo`: this algorithm instead of the heuristic's first (the GEMM benchmark's survey).
 bool cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                          float* raw, int64_t ld_raw);
+                          float* raw, int64_t ld_raw, const cublasLtMatmulAlgo_t* algo = nullptr);
+// Up to `count` of the heuristic's algorithms for that product (ld_raw = n), best first, each with
+// its configuration in words: what the GEMM benchmark's survey times.
+struct LtAlgorithm {
+  cublasLtMatmulAlgo_t algo;
+  std::string description;  // "algo A tile T stages S split-k K reduction R swizzle W cluster C" (cublasLt.h ids)
+  float waves = 0.0f;       // the heuristic's estimate of waves over the SMs
+};
+std::vector<LtAlgorithm> cublaslt_e4m3_algorithms(const GemmContext& ctx, int64_t m, int64_t lda,
+                                                  const DeviceMatrixView& w, int count);
 
 }  // namespace dflash

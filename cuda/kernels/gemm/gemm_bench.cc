@@ -55,7 +55,8 @@ int main_impl(int argc, char** argv) {
   int only_columns = -1, reps = 15;
   app.add_option("--shape", only_shape, "only this shape (q|k|v, o, gate|up, down, lm_head)");
   app.add_option("--format", only_format,
-                 "only this weight format (e4m3, bf16, nvfp4: the lm_head only, cutlass: the CUTLASS E4M3 GEMM)");
+                 "only this weight format (e4m3, bf16, nvfp4: the lm_head only, cutlass: the CUTLASS E4M3 GEMM; "
+                 "w8a8: W8A8's GEMMs, each algorithm of cuBLASLt's heuristic and CUTLASS's FP8 GEMM, only when named)");
   std::vector<int64_t> candidate_ms = {64, 128, 512};
   app.add_option("--candidate-m", candidate_ms, "rows per launch of the CUTLASS GEMM (default 64 128 512)")
       ->check(CLI::Range(1, 4096));
@@ -67,6 +68,11 @@ int main_impl(int argc, char** argv) {
                "every launch reads the same weights (L2-resident when they fit): the kernel's speed from L2, "
                "e.g. after an l2_prefetch");
   app.add_option("--columns", only_columns, "only this CTA width (32, 64)");
+  std::vector<int64_t> lt_ms = {16, 128, 512};
+  app.add_option("--lt-m", lt_ms, "rows per launch of the w8a8 rows (default 16 128 512)")->check(CLI::Range(1, 4096));
+  int lt_algos = 8;
+  app.add_option("--lt-algos", lt_algos, "algorithms of cuBLASLt's heuristic the w8a8 rows time (default 8)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--reps", reps, "timed repetitions of 20 launches per row (for a profiler: 1)")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::string why;
@@ -267,6 +273,91 @@ int main_impl(int argc, char** argv) {
         }
       }
     }
+  }
+  // W8A8's library GEMMs (E4M3 activations x E4M3 weights, fp32 out, as gemm_w8a8 runs them): each
+  // of the first --lt-algos algorithms cuBLASLt's heuristic offers at every shape and --lt-m (rank
+  // 0 is the one the drafter runs), then CUTLASS's FP8 GEMM with both scales in its epilogue at
+  // each --cutlass-tile-rows. The GEMM alone: the activation quantization and the epilogue kernel
+  // (which cuBLASLt's product still needs for its scales) are not in these times.
+  if (only_format == "w8a8") {
+    cublasLtHandle_t lt;
+    DFLASH_CUDA_CHECK(cublasLtCreate(&lt));
+    DeviceBuffer<uint8_t> workspace(32u << 20);  // the drafter's cuBLASLt workspace
+    const int64_t lt_max_m = *std::max_element(lt_ms.begin(), lt_ms.end());
+    DeviceBuffer<uint8_t> codes(static_cast<size_t>(lt_max_m * max_k));
+    DFLASH_CUDA_CHECK(cudaMemcpy(codes.get(), pool.get(), codes.bytes(), cudaMemcpyDeviceToDevice));
+    DeviceBuffer<float> lt_out(static_cast<size_t>(lt_max_m * 151936));
+    DeviceBuffer<float> token_scale(static_cast<size_t>(lt_max_m));
+    {
+      std::vector<float> ones(static_cast<size_t>(lt_max_m), 1.0f / 448);
+      DFLASH_CUDA_CHECK(cudaMemcpy(token_scale.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    }
+    size_t cutlass_bytes = 16;
+    for (const Shape& s : shapes) {
+      for (int64_t m : lt_ms) cutlass_bytes = std::max(cutlass_bytes, cutlass_mixed_workspace_bytes(m, s.n, s.k));
+    }
+    DeviceBuffer<uint8_t> cutlass_workspace(cutlass_bytes);
+    std::string no_cutlass;
+    const bool cutlass = cutlass_mixed_supported(&no_cutlass);
+    GemmContext ctx;
+    ctx.stream = stream;
+    ctx.lt = lt;
+    ctx.lt_workspace = workspace.get();
+    ctx.lt_workspace_bytes = workspace.bytes();
+    std::printf("\n| shape | n x k | m | rank | configuration | waves | median us | weight GB/s | x copy rate |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
+    for (const Shape& s : shapes) {
+      if (!only_shape.empty() && only_shape != s.name) continue;
+      const int64_t bytes = s.n * s.k;
+      const int64_t windows = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(pool_bytes) / bytes);
+      auto view_at = [&](int i) {
+        DeviceMatrixView w;
+        w.format = WeightFormat::kE4M3;
+        w.n = s.n;
+        w.k = s.k;
+        w.k_pad = s.k;
+        w.data = pool.get() + (i % windows) * bytes;
+        w.scale = scale.get();
+        return w;
+      };
+      for (int64_t m : lt_ms) {
+        const std::vector<LtAlgorithm> algorithms = cublaslt_e4m3_algorithms(ctx, m, max_k, view_at(0), lt_algos);
+        if (algorithms.empty()) std::printf("| %s | %lld x %lld | %lld | - | no algorithm | | | | |\n", s.name,
+                                            static_cast<long long>(s.n), static_cast<long long>(s.k),
+                                            static_cast<long long>(m));
+        for (size_t r = 0; r < algorithms.size(); ++r) {
+          const double us = time_launches([&](int i) {
+            if (!cublaslt_matmul_e4m3(ctx, codes.get(), max_k, m, view_at(i), lt_out.get(), s.n, &algorithms[r].algo)) {
+              throw internal_error("gemm_bench: cuBLASLt refused a handle-less launch");
+            }
+          });
+          const double rate = static_cast<double>(bytes) / (us * 1e-6);
+          std::printf("| %s | %lld x %lld | %lld | %zu | cuBLASLt %s | %.2f | %.1f | %.0f | %.2f |\n", s.name,
+                      static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m), r,
+                      algorithms[r].description.c_str(), algorithms[r].waves, us, rate / 1e9, bandwidth / rate);
+          std::fflush(stdout);
+        }
+        if (!cutlass) {
+          std::printf("| %s | | %lld | - | CUTLASS not run: %s | | | | |\n", s.name, static_cast<long long>(m),
+                      no_cutlass.c_str());
+          continue;
+        }
+        for (int tile : tile_rows) {
+          std::vector<CutlassMixedGemm> plans;  // one prepared launch per weight window
+          for (int64_t i = 0; i < windows; ++i) {
+            plans.emplace_back(codes.get(), max_k, m, view_at(static_cast<int>(i)), token_scale.get(), lt_out.get(),
+                               s.n, cutlass_workspace.get(), cutlass_workspace.bytes(), stream, tile);
+          }
+          const double us = time_launches([&](int i) { plans[static_cast<size_t>(i % windows)].run(stream); });
+          const double rate = static_cast<double>(bytes) / (us * 1e-6);
+          std::printf("| %s | %lld x %lld | %lld | - | CUTLASS FP8, tiles of %d rows, stream-K | | %.1f | %.0f | %.2f |\n",
+                      s.name, static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m), tile,
+                      us, rate / 1e9, bandwidth / rate);
+          std::fflush(stdout);
+        }
+      }
+    }
+    cublasLtDestroy(lt);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

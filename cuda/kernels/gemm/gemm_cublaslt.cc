@@ -3,6 +3,7 @@
 // used transposed, A a k×m column-major matrix used as is. Algorithms that reduce with atomics
 // (CUBLASLT_REDUCTION_SCHEME_INPLACE) are excluded so that the same shape gives the same bits.
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/runtime/cuda_check.h"
@@ -37,6 +38,14 @@ class LtDescriptors {
 
   // The heuristic's first algorithm, or false.
   bool pick(cublasLtHandle_t lt, size_t workspace_bytes, cublasLtMatmulAlgo_t* algo) {
+    cublasLtMatmulHeuristicResult_t result{};
+    if (candidates(lt, workspace_bytes, 1, &result) < 1) return false;
+    *algo = result.algo;
+    return true;
+  }
+
+  // Up to `count` of the heuristic's algorithms, best first, into results; how many were found.
+  int candidates(cublasLtHandle_t lt, size_t workspace_bytes, int count, cublasLtMatmulHeuristicResult_t* results) {
     DFLASH_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                            &workspace_bytes, sizeof workspace_bytes));
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
@@ -50,13 +59,10 @@ class LtDescriptors {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
       DFLASH_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attribute, &alignment, sizeof alignment));
     }
-    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(lt, op_, w_, a_, c_, c_, preference_, 1, &result, &found);
-    if (status != CUBLAS_STATUS_SUCCESS || found < 1) return false;
-    *algo = result.algo;
-    return true;
+        cublasLtMatmulAlgoGetHeuristic(lt, op_, w_, a_, c_, c_, preference_, count, results, &found);
+    return status == CUBLAS_STATUS_SUCCESS ? found : 0;
   }
 
   cublasLtMatmulDesc_t op_ = nullptr;
@@ -121,13 +127,47 @@ bool cublaslt_matmul_add(const GemmContext& ctx, const uint16_t* a, int64_t lda,
   return true;
 }
 
+std::vector<LtAlgorithm> cublaslt_e4m3_algorithms(const GemmContext& ctx, int64_t m, int64_t lda,
+                                                  const DeviceMatrixView& w, int count) {
+  if (ctx.lt == nullptr || count < 1) return {};
+  LtDescriptors d(m, w.n, w.k_pad, lda, w.k_pad, w.n, CUDA_R_8F_E4M3);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+  const int found = d.candidates(ctx.lt, ctx.lt_workspace_bytes, count, results.data());
+  std::vector<LtAlgorithm> algorithms;
+  for (int i = 0; i < found; ++i) {
+    auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
+      uint32_t value = 0;  // every attribute read here is 32 bits or narrower
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, attribute, &value, sizeof value, &written);
+      return value;
+    };
+    LtAlgorithm a;
+    a.algo = results[i].algo;
+    a.waves = results[i].wavesCount;
+    a.description = "algo " + std::to_string(config(CUBLASLT_ALGO_CONFIG_ID)) + " tile " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_TILE_ID)) + " stages " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_STAGES_ID)) + " split-k " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + " reduction " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)) + " swizzle " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)) + " cluster " +
+                    std::to_string(config(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+    algorithms.push_back(a);
+  }
+  return algorithms;
+}
+
 bool cublaslt_matmul_e4m3(const GemmContext& ctx, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
-                          float* raw, int64_t ld_raw) {
+                          float* raw, int64_t ld_raw, const cublasLtMatmulAlgo_t* chosen) {
   if (w.format != WeightFormat::kE4M3) throw internal_error("cublaslt_matmul_e4m3: the weight is not E4M3");
   // Over k_pad: both operands are zero past k, and a multiple of 64 meets E4M3's alignment rules.
   LtDescriptors d(m, w.n, w.k_pad, lda, w.k_pad, ld_raw, CUDA_R_8F_E4M3);
   cublasLtMatmulAlgo_t algo;
-  if (ctx.lt == nullptr || !d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) return false;
+  if (ctx.lt == nullptr) return false;
+  if (chosen != nullptr) {
+    algo = *chosen;
+  } else if (!d.pick(ctx.lt, ctx.lt_workspace_bytes, &algo)) {
+    return false;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   DFLASH_CUDA_CHECK(cublasLtMatmul(ctx.lt, d.op_, &alpha, w.data, d.w_, a, d.a_, &beta, raw, d.c_, raw, d.c_, &algo,
                                    ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));

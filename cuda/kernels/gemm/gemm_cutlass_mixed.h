@@ -39,6 +39,14 @@ void launch_gemm_cutlass_mixed(cudaStream_t stream, const uint16_t* a, int64_t l
                                const DeviceMatrixView& w, float* out, int64_t ld_out, void* workspace,
                                size_t workspace_bytes, const float* source = nullptr, int tile_rows = 128);
 
+// W8A8 (gemm_w8a8): out[r, c] = row_scale[r] · ((Σ_k a[r, k]·w[c, k]) · w.scale[c]), each product
+// rounded to nearest in that order, through CUTLASS's FP8 × FP8 Hopper GEMM (fp32 accumulators
+// promoted every few k-blocks). a: E4M3 codes [m, lda] (zeros past w.k), lda >= w.k_pad and a
+// multiple of 16; row_scale: [m] fp32, 16-byte aligned; no source; the rest as above.
+void launch_gemm_cutlass_w8a8(cudaStream_t stream, const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                              const float* row_scale, float* out, int64_t ld_out, void* workspace,
+                              size_t workspace_bytes, int tile_rows = 128);
+
 // The same launch prepared once: the arguments checked (as above) and CUTLASS's parameters (the
 // TMA descriptors) built at construction, so that run() only clears the workspace (stream-K) and
 // launches. The benchmark times run(): building the descriptors costs host time comparable to
@@ -47,6 +55,10 @@ class CutlassMixedGemm {
  public:
   CutlassMixedGemm(const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, float* out, int64_t ld_out,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream, int tile_rows = 128);
+  // W8A8's launch (launch_gemm_cutlass_w8a8).
+  CutlassMixedGemm(const uint8_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w, const float* row_scale,
+                   float* out, int64_t ld_out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                   int tile_rows = 128);
   ~CutlassMixedGemm();
   CutlassMixedGemm(CutlassMixedGemm&&) noexcept;
   CutlassMixedGemm& operator=(CutlassMixedGemm&&) noexcept;
