@@ -190,9 +190,12 @@ void CudaDrafter::resolve_plan() {
   if (library_rows && fp8_) {
     std::string why;
     // CUTLASS's epilogue stores 16-byte vectors of fp32: every E4M3 weight's n a multiple of 4.
-    const std::vector<std::pair<const char*, int64_t>> outputs = {
+    std::vector<std::pair<const char*, int64_t>> outputs = {
         {"q|k|v", q_dim + 2 * kv_dim}, {"o_proj", h}, {"gate|up", 2 * inter}, {"down_proj", h}, {"lm_head", vocab},
         {"an lm_head shard", vocab / tp_}};
+    // w8a8 with static activation scales multiplies each projection of a fused weight on its own,
+    // into its columns of the output: each one's n and first column.
+    if (w8a8_) outputs.insert(outputs.end(), {{"q_proj", q_dim}, {"k_proj", kv_dim}, {"gate_proj", inter}});
     if (cutlass_mixed_supported(&why)) {
       for (const auto& [name, cols] : outputs) {
         if (cols % 4 != 0 && why.empty()) why = std::string(name) + " has " + std::to_string(cols) + " outputs, not a multiple of 4";
