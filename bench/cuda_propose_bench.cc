@@ -228,7 +228,7 @@ int main_impl(int argc, char** argv) {
   std::string without_list;
   app.add_option("--without", without_list,
                  "time the block forward without these kernel classes, '+' between them (rmsnorm, qkv, qk_norm_rope, "
-                 "attention_chunks, combine, o, gate_up, swiglu, down, lm_head, argmax; DFlash2: conv_coef, conv, "
+                 "attention_chunks, combine, o, gate_up, swiglu, down, lm_head, argmax; w8a8: act_quant; DFlash2: conv_coef, conv, "
                  "hidden_proj, selector_topk, selector_walk): TIMING ONLY");
   bool nvfp4_head = true;
   app.add_flag("!--no-nvfp4-head", nvfp4_head, "leave out the rows with the target's lm_head in NVFP4");

@@ -82,7 +82,8 @@ class CudaDrafter final : public PagedProposer {
   const char* run_block_forward(int batch, int block_width);
   // One launch of the block forward, named by its kernel class ("embed", "rmsnorm", "qkv",
   // "qk_norm_rope", "attention_chunks", "combine", "o", "gate_up", "swiglu", "down", "lm_head",
-  // "argmax"; DFlash2: "conv_coef", "conv", "hidden_proj", "selector_topk", "selector_walk"), with
+  // "argmax"; w8a8: "act_quant"; DFlash2: "conv_coef", "conv", "hidden_proj", "selector_topk",
+  // "selector_walk"), with
   // what it runs at this shape (its launch plan entry) and the stages whose values it completes
   // (read from tap_sources_ right after it when taps are asked). The block forward is this list
   // run in order; the benchmark times it without a class by running the same list without that
@@ -104,6 +105,12 @@ class CudaDrafter final : public PagedProposer {
   // rows with its own scale.
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue, const std::vector<ActivationPart>& parts = {});
+  // w8a8's two halves of one projection's GEMM: the input rows quantized into act_codes_ and
+  // act_scales_ (per token, or with static_scale > 0), then the E4M3 GEMM over them.
+  void enqueue_activation_quantization(bool pdl, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
+                                       float static_scale);
+  void enqueue_quantized_gemm(bool pdl, GemmKernel kernel, int64_t m, const DeviceMatrixView& w,
+                              const GemmEpilogue& epilogue);
   // The forward's operands, the same for the block and the context rows: RMSNorm of the
   // [rows, hidden] fp32 `in` (h, or the context rows' fc output) with `weight` into `out` (and the
   // draft rows into draft_out, when set); the GEMM epilogues of q|k|v, of o and down (h += ·, and a
