@@ -21,9 +21,12 @@ std::vector<Lever> make_table() {
   t.emplace_back("gemm_m64", "block-row GEMMs of 64 rows and more, under gemm=mma", &K::block_library,
                  std::vector<Lever::Value<bool>>{
                      {"library", true,
-                      "CUTLASS's mixed-input wgmma GEMM for E4M3 weights, cuBLASLt for bf16 weights, each where "
-                      "usable (a sequence's results then change with its batch within a rounding bound)"},
-                     {"mma", false, "the mma kernel at every row count (bitwise batch invariant)"}})
+                      "CUTLASS's mixed-input wgmma GEMM for E4M3 weights (w8a8: its FP8 x FP8 GEMM), cuBLASLt for "
+                      "bf16 weights, each where usable (a sequence's results then change with its batch within a "
+                      "rounding bound)"},
+                     {"mma", false,
+                      "the mma kernel at every row count (bitwise batch invariant; w8a8: cuBLASLt at every row "
+                      "count)"}})
       .resolved_by([](const KernelPlan& p) -> std::string {
         if (p.block_gemm != GemmKernel::kMma) return std::string("unused: gemm=") + gemm_kernel_name(p.block_gemm);
         if (!p.block_library) return "";
