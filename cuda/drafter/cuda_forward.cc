@@ -532,7 +532,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
   auto gemm_launch = [&](const char* kernel_class, std::vector<StageId> ready, const uint16_t* a, int64_t lda,
                          int64_t m, const DeviceMatrixView& w, const GemmEpilogue& epilogue, const std::string& also = "",
                          bool may_pdl = true, const std::vector<ActivationPart>& parts = {}) {
-    const GemmKernel kernel = plan_.block_kernel(m, w.format);
+    const GemmKernel kernel = quantizes_activations(w) ? plan_.w8a8_block_kernel(m) : plan_.block_kernel(m, w.format);
     const bool gemm_pdl = pdl && may_pdl;
     std::string runs = gemm_runs(kernel, m, w) + also;
     if (quantizes_activations(w) && parts.size() > 1) runs += ", one activation quantization per projection";

@@ -13,6 +13,11 @@ GemmKernel KernelPlan::block_kernel(int64_t rows, WeightFormat format) const {
   return cublaslt_block_usable ? GemmKernel::kCublasLt : GemmKernel::kMma;
 }
 
+GemmKernel KernelPlan::w8a8_block_kernel(int64_t rows) const {
+  const GemmKernel kernel = block_kernel(rows, WeightFormat::kE4M3);
+  return kernel == GemmKernel::kCutlass && !w8a8_cutlass ? GemmKernel::kMma : kernel;
+}
+
 GemmKernel KernelPlan::ctx_kernel(int64_t rows, WeightFormat format) const {
   switch (ctx_gemm) {
     case ContextGemm::kMma: return GemmKernel::kMma;
@@ -53,7 +58,7 @@ std::vector<std::pair<std::string, std::string>> describe_kernel_plan(const Kern
   std::string invariance;
   if (w8a8 && plan.block_gemm != GemmKernel::kSimple) {
     invariance = "within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row";
-    if (plan.block_kernel(KernelPlan::kBlockLibraryMinRows, WeightFormat::kE4M3) == GemmKernel::kCutlass) {
+    if (plan.w8a8_block_kernel(KernelPlan::kBlockLibraryMinRows) == GemmKernel::kCutlass) {
       invariance += " and on CUTLASS from " + std::to_string(KernelPlan::kBlockLibraryMinRows);
     }
     invariance += " (gemm=simple keeps them bitwise)";

@@ -40,6 +40,9 @@ struct KernelPlan {
   int gemm_columns_m64 = 0;  // gemm_cols_m64; 0: auto
   EpilogueKernel gemm_epilogue = EpilogueKernel::kVector;
   int cutlass_tile_rows = 0;  // cutlass_tile; 0: auto
+  // w8a8_m64=cutlass: w8a8's block GEMMs that gemm_m64 gives to CUTLASS run its FP8 × FP8 GEMM;
+  // cublaslt (the default until it is measured on a GPU): cuBLASLt's E4M3 GEMM at every row count.
+  bool w8a8_cutlass = false;
   SelectorTopK selector_topk = SelectorTopK::kThreshold;
   bool pdl = true;
 
@@ -52,6 +55,8 @@ struct KernelPlan {
   static constexpr int64_t kBlockLibraryMinRows = 64;
   // The kernel of a block-row GEMM of `rows` rows of a weight in `format`.
   GemmKernel block_kernel(int64_t rows, WeightFormat format) const;
+  // The kernel requested for a w8a8 block GEMM of `rows` rows (gemm_w8a8: kMma runs cuBLASLt).
+  GemmKernel w8a8_block_kernel(int64_t rows) const;
   // Rows above which ctx_gemm=auto hands bf16-weight context GEMMs to cuBLASLt.
   static constexpr int64_t kCtxLibraryMinRows = 65;
   GemmKernel ctx_kernel(int64_t rows, WeightFormat format) const;

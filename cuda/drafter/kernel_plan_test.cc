@@ -86,12 +86,13 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kLevers = {
     {"gemm_cols_m64", {"auto", "32", "64"}},
     {"gemm_epilogue", {"vector", "warp"}},
     {"cutlass_tile", {"auto", "128", "256"}},
+    {"w8a8_m64", {"cublaslt", "cutlass"}},
     {"selector_topk", {"threshold", "plain"}},
     {"pdl", {"on", "off"}},
 };
 const char* const kStageList =
     "gemm, gemm_m64, ctx_gemm, attention, attention_walk_ctas, attention_whole_window, rmsnorm, qk_norm_rope, "
-    "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, cutlass_tile, selector_topk, pdl";
+    "swiglu, argmax, gemm_cols, gemm_cols_m64, gemm_epilogue, cutlass_tile, w8a8_m64, selector_topk, pdl";
 
 TEST(Levers, TheTableHoldsEveryLeverWithItsDefaultFirst) {
   const std::vector<Lever>& table = lever_table();
@@ -158,6 +159,8 @@ TEST(Levers, EveryValueParsesToItsTypedValue) {
       {"cutlass_tile", "auto", [](P p) { return p.cutlass_tile_rows == 0; }},
       {"cutlass_tile", "128", [](P p) { return p.cutlass_tile_rows == 128; }},
       {"cutlass_tile", "256", [](P p) { return p.cutlass_tile_rows == 256; }},
+      {"w8a8_m64", "cublaslt", [](P p) { return !p.w8a8_cutlass; }},
+      {"w8a8_m64", "cutlass", [](P p) { return p.w8a8_cutlass; }},
       {"selector_topk", "threshold", [](P p) { return p.selector_topk == SelectorTopK::kThreshold; }},
       {"selector_topk", "plain", [](P p) { return p.selector_topk == SelectorTopK::kPlain; }},
       {"pdl", "on", [](P p) { return p.pdl; }},
@@ -250,8 +253,8 @@ TEST(Levers, DescribeListsEveryLeverFromTheTable) {
             "auto: tuned for head_dim 64, 128 and 256, generic otherwise; here: tuned-d128 (split-KV, runs of chunks "
             "per CTA past one wave; whole-window from 1024 warps)");
   EXPECT_EQ(value_of(described, "kernel.gemm_m64"),
-            "library: CUTLASS's mixed-input wgmma GEMM for E4M3 weights, cuBLASLt for bf16 weights, each where usable "
-            "(a sequence's results then change with its batch within a rounding bound); here: cutlass for E4M3 "
+            "library: CUTLASS's mixed-input wgmma GEMM for E4M3 weights (w8a8: w8a8_m64), cuBLASLt for bf16 weights, "
+            "each where usable (a sequence's results then change with its batch within a rounding bound); here: cutlass for E4M3 "
             "weights, cublaslt for bf16 weights");
   EXPECT_EQ(value_of(described, "fallbacks"), "none");
   EXPECT_NE(value_of(described, "batch_invariance").find("within a rounding bound from there"), std::string::npos);
@@ -267,8 +270,8 @@ TEST(Levers, DescribeListsEveryLeverFromTheTable) {
   EXPECT_NE(value_of(describe_kernel_plan(no_cutlass, false), "kernel.gemm_m64").find("here: mma for E4M3 weights, cublaslt"),
             std::string::npos);
   EXPECT_EQ(value_of(describe_kernel_plan(resolve_kernel_plan({{"gemm", "simple"}}, 128), false), "kernel.gemm_m64"),
-            "library: CUTLASS's mixed-input wgmma GEMM for E4M3 weights, cuBLASLt for bf16 weights, each where usable "
-            "(a sequence's results then change with its batch within a rounding bound); here: unused: gemm=simple");
+            "library: CUTLASS's mixed-input wgmma GEMM for E4M3 weights (w8a8: w8a8_m64), cuBLASLt for bf16 weights, "
+            "each where usable (a sequence's results then change with its batch within a rounding bound); here: unused: gemm=simple");
   // A plan holding a value the table lacks (a fallback gone wrong) is an internal error, not "?".
   KernelPlan odd = d;
   odd.gemm_columns = 96;
@@ -335,10 +338,18 @@ TEST(KernelPlan, TheRulesFollowTheLevers) {
   EXPECT_EQ(w8a8.find("within a rounding bound: w8a8's E4M3 GEMMs run on cuBLASLt from one block row"), 0u) << w8a8;
   EXPECT_EQ(w8a8.find(" and on CUTLASS"), std::string::npos) << w8a8;
   EXPECT_NE(w8a8.find("; context rows within a rounding bound (w8a8's k|v on cuBLASLt"), std::string::npos) << w8a8;
-  // The default plan sends w8a8's block GEMMs of 64 rows and more to CUTLASS's FP8 GEMM.
-  const std::string w8a8_library = invariance(resolve_kernel_plan({}, 128), true);
+  // w8a8_m64=cutlass sends w8a8's block GEMMs of 64 rows and more to CUTLASS's FP8 GEMM; the default
+  // keeps them on cuBLASLt.
+  EXPECT_EQ(invariance(resolve_kernel_plan({}, 128), true).find(" and on CUTLASS"), std::string::npos);
+  const KernelPlan cutlass = resolve_kernel_plan({{"w8a8_m64", "cutlass"}}, 128);
+  const std::string w8a8_library = invariance(cutlass, true);
   EXPECT_NE(w8a8_library.find("on cuBLASLt from one block row and on CUTLASS from 64"), std::string::npos)
       << w8a8_library;
+  EXPECT_EQ(cutlass.w8a8_block_kernel(64), GemmKernel::kCutlass);
+  EXPECT_EQ(cutlass.w8a8_block_kernel(63), GemmKernel::kMma);
+  EXPECT_EQ(resolve_kernel_plan({}, 128).w8a8_block_kernel(512), GemmKernel::kMma);
+  EXPECT_EQ(resolve_kernel_plan({{"w8a8_m64", "cutlass"}, {"gemm_m64", "mma"}}, 128).w8a8_block_kernel(512),
+            GemmKernel::kMma);
   EXPECT_EQ(invariance(resolve_kernel_plan({{"gemm", "simple"}, {"ctx_gemm", "simple"}}, 128), true),
             "bitwise for block rows (the plain kernels, k order); context rows bitwise");
 

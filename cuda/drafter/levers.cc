@@ -21,8 +21,8 @@ std::vector<Lever> make_table() {
   t.emplace_back("gemm_m64", "block-row GEMMs of 64 rows and more, under gemm=mma", &K::block_library,
                  std::vector<Lever::Value<bool>>{
                      {"library", true,
-                      "CUTLASS's mixed-input wgmma GEMM for E4M3 weights (w8a8: its FP8 x FP8 GEMM), cuBLASLt for "
-                      "bf16 weights, each where usable (a sequence's results then change with its batch within a "
+                      "CUTLASS's mixed-input wgmma GEMM for E4M3 weights (w8a8: w8a8_m64), cuBLASLt for bf16 "
+                      "weights, each where usable (a sequence's results then change with its batch within a "
                       "rounding bound)"},
                      {"mma", false,
                       "the mma kernel at every row count (bitwise batch invariant; w8a8: cuBLASLt at every row "
@@ -119,6 +119,11 @@ std::vector<Lever> make_table() {
                       "between one and two per SM, else 128"},
                      {"128", 128, "128 for every GEMM (one of auto's heights, to bisect it)"},
                      {"256", 256, "256 for every GEMM (one of auto's heights, to bisect it)"}});
+  t.emplace_back("w8a8_m64", "w8a8's block-row GEMMs of 64 rows and more, under gemm_m64=library", &K::w8a8_cutlass,
+                 std::vector<Lever::Value<bool>>{
+                     {"cublaslt", false, "cuBLASLt's E4M3 GEMM, as below 64 rows (the epilogue kernel scales)"},
+                     {"cutlass", true,
+                      "CUTLASS's FP8 x FP8 GEMM with both scales in its epilogue (not yet measured on a GPU)"}});
   t.emplace_back("selector_topk", "DFlash2's top-K of each draft row's logits (bits never change with it)",
                  &K::selector_topk,
                  std::vector<Lever::Value<SelectorTopK>>{
