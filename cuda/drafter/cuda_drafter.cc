@@ -193,9 +193,11 @@ void CudaDrafter::resolve_plan() {
     std::vector<std::pair<const char*, int64_t>> outputs = {
         {"q|k|v", q_dim + 2 * kv_dim}, {"o_proj", h}, {"gate|up", 2 * inter}, {"down_proj", h}, {"lm_head", vocab},
         {"an lm_head shard", vocab / tp_}};
-    // w8a8 with static activation scales multiplies each projection of a fused weight on its own,
-    // into its columns of the output: each one's n and first column.
-    if (w8a8_) outputs.insert(outputs.end(), {{"q_proj", q_dim}, {"k_proj", kv_dim}, {"gate_proj", inter}});
+    // w8a8 on CUTLASS with static activation scales multiplies each projection of a fused weight on
+    // its own, into its columns of the output: each one's n and first column.
+    if (w8a8_ && plan_.w8a8_cutlass) {
+      outputs.insert(outputs.end(), {{"q_proj", q_dim}, {"k_proj", kv_dim}, {"gate_proj", inter}});
+    }
     if (cutlass_mixed_supported(&why)) {
       for (const auto& [name, cols] : outputs) {
         if (cols % 4 != 0 && why.empty()) why = std::string(name) + " has " + std::to_string(cols) + " outputs, not a multiple of 4";
@@ -367,11 +369,13 @@ void CudaDrafter::allocate_buffers() {
     if (fp8_ && plan_.cutlass_usable) {
       // The largest workspace of any row count a propose can bring (stream-K's split follows it).
       size_t workspace = 0;
-      for (const auto& [cols, k] : std::vector<std::pair<int64_t, int64_t>>{
-               {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_},
-               {h, ld_tp_attn_}, {h, ld_tp_act_}, {vocab / tp_, ld_hidden_},
-               // w8a8 with static activation scales: one GEMM per projection (q, k, v; gate, up)
-               {qkv_n - 2 * kv_dim, ld_hidden_}, {kv_dim, ld_hidden_}, {inter, ld_hidden_}}) {
+      std::vector<std::pair<int64_t, int64_t>> shapes = {
+          {qkv_n, ld_hidden_}, {h, ld_q_}, {2 * inter, ld_hidden_}, {h, ld_inter_}, {vocab, ld_hidden_},
+          {h, ld_tp_attn_}, {h, ld_tp_act_}, {vocab / tp_, ld_hidden_}};
+      if (w8a8_ && plan_.w8a8_cutlass) {  // static activation scales: one GEMM per projection (q, k, v; gate, up)
+        shapes.insert(shapes.end(), {{qkv_n - 2 * kv_dim, ld_hidden_}, {kv_dim, ld_hidden_}, {inter, ld_hidden_}});
+      }
+      for (const auto& [cols, k] : shapes) {
         for (int64_t m = KernelPlan::kBlockLibraryMinRows; m <= rows; ++m) {
           workspace = std::max(workspace, cutlass_mixed_workspace_bytes(m, cols, k));
         }

@@ -105,6 +105,9 @@ class CudaDrafter final : public PagedProposer {
   // rows with its own scale.
   void enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,
                     const GemmEpilogue& epilogue, const std::vector<ActivationPart>& parts = {});
+  // The static activation scale of a weight quantized as one projection (0: per token); an
+  // internal error where `parts` is not one part spanning the weight's rows.
+  static float one_part_scale(const DeviceMatrixView& w, const std::vector<ActivationPart>& parts);
   // w8a8's two halves of one projection's GEMM: the input rows quantized into act_codes_ and
   // act_scales_ (per token, or with static_scale > 0), then the E4M3 GEMM over them.
   void enqueue_activation_quantization(bool pdl, const uint16_t* a, int64_t lda, int64_t m, const DeviceMatrixView& w,

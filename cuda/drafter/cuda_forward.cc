@@ -81,10 +81,7 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
   }
   // docs/spec/drafter.md §6: the input rows per token, or per projection with its static scale.
   if (parts.size() <= 1) {  // one projection: the whole weight, whatever its epilogue
-    if (parts.size() == 1 && (parts[0].first != 0 || parts[0].count != w.n)) {
-      throw internal_error("w8a8: a weight's one activation part must span its rows");
-    }
-    enqueue_activation_quantization(pdl, a, lda, m, w, parts.empty() ? 0.0f : parts[0].static_scale);
+    enqueue_activation_quantization(pdl, a, lda, m, w, one_part_scale(w, parts));
     enqueue_quantized_gemm(pdl, kernel, m, w, epilogue);
     return;
   }
@@ -98,6 +95,14 @@ void CudaDrafter::enqueue_gemm(bool pdl, GemmKernel kernel, const uint16_t* a, i
     if (columns.residual != nullptr) columns.residual += part.first;
     enqueue_quantized_gemm(pdl, kernel, m, w.rows(part.first, part.count), columns);
   }
+}
+
+float CudaDrafter::one_part_scale(const DeviceMatrixView& w, const std::vector<ActivationPart>& parts) {
+  if (parts.empty()) return 0.0f;
+  if (parts.size() > 1 || parts[0].first != 0 || parts[0].count != w.n) {
+    throw internal_error("w8a8: a weight's one activation part must span its rows");
+  }
+  return parts[0].static_scale;
 }
 
 void CudaDrafter::enqueue_activation_quantization(bool pdl, const uint16_t* a, int64_t lda, int64_t m,
@@ -540,7 +545,7 @@ std::vector<CudaDrafter::ForwardLaunch> CudaDrafter::block_forward_launches(int 
     if (quantizes_activations(w) && parts.size() <= 1) {
       // The quantization is a launch of its own (kernel class act_quant), so that the benchmark
       // can tell what it costs.
-      const float static_scale = parts.empty() ? 0.0f : parts[0].static_scale;
+      const float static_scale = one_part_scale(w, parts);
       launch("act_quant", "each input row to E4M3 (per token, or a static scale), one CTA per row", {},
              [=] { enqueue_activation_quantization(gemm_pdl, a, lda, m, w, static_scale); });
       launch(kernel_class, std::move(runs), std::move(ready),

@@ -64,6 +64,33 @@ float* raw_scratch(GemmKernel kernel, const GemmContext& ctx, int64_t m, int64_t
   return ctx.raw;
 }
 
+// Where a library's m × n product goes: straight to the epilogue's output when it is already final
+// (`scaled`, no bias) and only stored, else the scratch the epilogue kernel then reads.
+struct LibraryProduct {
+  bool direct = false;
+  float* data = nullptr;
+  int64_t ld = 0;
+};
+LibraryProduct library_product(GemmKernel kernel, const GemmContext& ctx, int64_t m, const DeviceMatrixView& w,
+                               const GemmEpilogue& epilogue, bool scaled) {
+  LibraryProduct p;
+  p.direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr && epilogue.swiglu_out == nullptr &&
+             w.bias == nullptr;
+  p.data = p.direct ? epilogue.out : raw_scratch(kernel, ctx, m, w.n);
+  p.ld = p.direct ? epilogue.ld_out : w.n;
+  return p;
+}
+
+// The epilogue kernel on a library's product: nothing where it went straight to the output and no
+// argmax is asked, else what is left (`finish` without the scales the library applied).
+void finish_library_product(const GemmContext& ctx, const LibraryProduct& p, int64_t m, const DeviceMatrixView& finish,
+                            const GemmEpilogue& epilogue) {
+  if (p.direct && epilogue.argmax_value == nullptr) return;
+  GemmEpilogue rest = epilogue;
+  if (p.direct) rest.out = nullptr;  // written
+  launch_gemm_epilogue(ctx.stream, p.data, p.ld, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
+}
+
 // The libraries (cuBLASLt, CUTLASS) multiply; the fallbacks' epilogue kernel does the rest, so each
 // value gets the mma kernel's fp32 operations in the same order. CUTLASS also scales (its epilogue
 // multiplies as ours does); cuBLASLt reads E4M3 weights through unscaled bf16 copies. A product
@@ -86,26 +113,20 @@ void gemm_library(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, 
     DFLASH_MUTATE(kernel_mutation(), kCublasLtResidualTwice, cublaslt_matmul_add(ctx, a, lda, m, w, epilogue.residual, epilogue.ld_residual));
     return;
   }
-  const bool scaled = kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16;
-  const bool direct = scaled && epilogue.out != nullptr && epilogue.residual == nullptr &&
-                      epilogue.swiglu_out == nullptr && w.bias == nullptr;
-  float* product = direct ? epilogue.out : raw_scratch(kernel, ctx, m, w.n);
-  const int64_t ld_product = direct ? epilogue.ld_out : w.n;
+  const LibraryProduct product =
+      library_product(kernel, ctx, m, w, epilogue, kernel == GemmKernel::kCutlass || w.format == WeightFormat::kBf16);
   if (kernel == GemmKernel::kCutlass) {
     DeviceMatrixView unbiased = w;
     unbiased.bias = nullptr;  // added by the epilogue kernel
-    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product, ld_product, ctx.cutlass_workspace,
+    launch_gemm_cutlass_mixed(ctx.stream, a, lda, m, unbiased, product.data, product.ld, ctx.cutlass_workspace,
                               ctx.cutlass_workspace_bytes, nullptr, tile_rows);
   } else {
-    cublaslt_matmul(ctx, a, lda, m, w, product, ld_product);
+    cublaslt_matmul(ctx, a, lda, m, w, product.data, product.ld);
   }
-  if (direct && epilogue.argmax_value == nullptr) return;
   DeviceMatrixView finish = w;
   if (kernel == GemmKernel::kCutlass) finish.scale = nullptr;  // applied
-  GemmEpilogue rest = epilogue;
-  if (direct) rest.out = nullptr;  // written
-  launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
-  DFLASH_MUTATE(kernel_mutation(), kCublasLtResidualTwice, if (kernel == GemmKernel::kCublasLt && rest.residual != nullptr) launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl));
+  finish_library_product(ctx, product, m, finish, epilogue);
+  DFLASH_MUTATE(kernel_mutation(), kCublasLtResidualTwice, if (kernel == GemmKernel::kCublasLt && epilogue.residual != nullptr) launch_gemm_epilogue(ctx.stream, product.data, product.ld, m, finish, epilogue, ctx.epilogue_kernel, ctx.pdl));
 }
 
 }  // namespace
@@ -131,10 +152,17 @@ void gemm(GemmKernel kernel, const GemmContext& ctx, const uint16_t* a, int64_t 
   launch_gemm_epilogue(ctx.stream, raw, w.n, m, w, epilogue, ctx.epilogue_kernel, ctx.pdl);
 }
 
+namespace {
+// W8A8 runs CUTLASS's FP8 GEMM where it is asked and the context has its workspace.
+bool w8a8_on_cutlass(const GemmContext& ctx, GemmKernel requested) {
+  return requested == GemmKernel::kCutlass && ctx.cutlass_workspace != nullptr;
+}
+}  // namespace
+
 GemmKernel w8a8_gemm_kernel(const GemmContext& ctx, GemmKernel requested, int64_t m, int64_t lda,
                             const DeviceMatrixView& w) {
   if (requested == GemmKernel::kSimple) return GemmKernel::kSimple;
-  if (requested == GemmKernel::kCutlass && ctx.cutlass_workspace != nullptr) return GemmKernel::kCutlass;
+  if (w8a8_on_cutlass(ctx, requested)) return GemmKernel::kCutlass;
   return cublaslt_supports(ctx, m, w.n, w.k_pad, lda, w.k_pad, nullptr, CUDA_R_8F_E4M3) ? GemmKernel::kCublasLt
                                                                                         : GemmKernel::kSimple;
 }
@@ -145,22 +173,14 @@ void gemm_w8a8(GemmKernel requested, const GemmContext& ctx, const uint8_t* a, i
   if (w.format != WeightFormat::kE4M3 || row_scale == nullptr) {
     throw internal_error("gemm_w8a8: needs E4M3 weights and the activations' row scales");
   }
-  if (requested == GemmKernel::kCutlass && ctx.cutlass_workspace != nullptr) {
-    // Both scales in CUTLASS's epilogue, in the epilogue kernel's order; a product only stored goes
-    // straight to the output (the argmax partials, if asked, then read it there), the rest finishes
-    // in the epilogue kernel without the scales.
-    const bool direct = epilogue.out != nullptr && epilogue.residual == nullptr && epilogue.swiglu_out == nullptr &&
-                        w.bias == nullptr;
-    float* product = direct ? epilogue.out : raw_scratch(GemmKernel::kCutlass, ctx, m, w.n);
-    const int64_t ld_product = direct ? epilogue.ld_out : w.n;
-    launch_gemm_cutlass_w8a8(ctx.stream, a, lda, m, w, row_scale, product, ld_product, ctx.cutlass_workspace,
+  if (w8a8_on_cutlass(ctx, requested)) {
+    // Both scales in CUTLASS's epilogue, in the epilogue kernel's order; the rest as gemm_library.
+    const LibraryProduct product = library_product(GemmKernel::kCutlass, ctx, m, w, epilogue, true);
+    launch_gemm_cutlass_w8a8(ctx.stream, a, lda, m, w, row_scale, product.data, product.ld, ctx.cutlass_workspace,
                              ctx.cutlass_workspace_bytes, gemm_cutlass_tile_rows(ctx.cutlass_tile_rows, m, w.n, ctx.sm_count));
-    if (direct && epilogue.argmax_value == nullptr) return;
     DeviceMatrixView finish = w;
-    finish.scale = nullptr;  // applied
-    GemmEpilogue rest = epilogue;
-    if (direct) rest.out = nullptr;  // written
-    launch_gemm_epilogue(ctx.stream, product, ld_product, m, finish, rest, ctx.epilogue_kernel, ctx.pdl);
+    finish.scale = nullptr;  // applied, with the row scales
+    finish_library_product(ctx, product, m, finish, epilogue);
     return;
   }
   float* raw = raw_scratch(GemmKernel::kSimple, ctx, m, w.n);
