@@ -123,6 +123,7 @@ class Replayer {
       PairSummary pair;
       pair.tolerance = fixture_pair(fixture.expect_precision, lanes_[i].precision, lanes_[i].proposer->name());
       pair.tolerance.actual.bf16_wire = has_bf16_wire(*lanes_[i].proposer);
+      pair.tolerance.actual.bf16_attention_partials = lanes_[i].proposer->bf16_attention_partials();
       pair.label = pair.tolerance.label;
       pair.expected_lane = -1;
       pair.actual_lane = static_cast<int>(i);
@@ -146,6 +147,8 @@ class Replayer {
       pair.tolerance = cross_pair(ref.precision, ref.proposer->name(), cand.precision, cand.proposer->name());
       pair.tolerance.expected.bf16_wire = has_bf16_wire(*ref.proposer);
       pair.tolerance.actual.bf16_wire = has_bf16_wire(*cand.proposer);
+      pair.tolerance.expected.bf16_attention_partials = ref.proposer->bf16_attention_partials();
+      pair.tolerance.actual.bf16_attention_partials = cand.proposer->bf16_attention_partials();
       pair.label = pair.tolerance.label;
       pair.expected_lane = check.reference;
       pair.actual_lane = check.candidate;

@@ -106,7 +106,8 @@ json stage_summary(const ReplayResult& result, int pair) {
 json model_to_json(const ErrorModel& m) {
   return {{"name", m.name}, {"storage", m.storage}, {"accumulation", m.accumulation},
           {"rounds_at_boundaries", m.rounds_at_boundaries}, {"quantized_weights", m.quantized_weights},
-          {"quantized_activations", m.quantized_activations}, {"bf16_wire", m.bf16_wire}, {"floor", m.floor}};
+          {"quantized_activations", m.quantized_activations}, {"bf16_wire", m.bf16_wire},
+          {"bf16_attention_partials", m.bf16_attention_partials}, {"floor", m.floor}};
 }
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where) {

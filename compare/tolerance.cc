@@ -12,7 +12,7 @@ namespace {
 StagePath operator+(const StagePath& a, const StagePath& b) {
   return {a.roundings + b.roundings, a.fp8_gemms + b.fp8_gemms,   a.accumulation + b.accumulation,
           a.boundaries + b.boundaries, a.quantization + b.quantization, a.activation + b.activation,
-          a.wire_rms + b.wire_rms,     a.wire_tail + b.wire_tail};
+          a.wire_rms + b.wire_rms,     a.wire_tail + b.wire_tail,        a.attention_partials + b.attention_partials};
 }
 
 // Where two paths join, the longer one (component by component, an upper bound of either).
@@ -20,7 +20,8 @@ StagePath longest(const StagePath& a, const StagePath& b) {
   return {std::max(a.roundings, b.roundings), std::max(a.fp8_gemms, b.fp8_gemms),
           std::max(a.accumulation, b.accumulation), std::max(a.boundaries, b.boundaries),
           std::max(a.quantization, b.quantization), std::max(a.activation, b.activation),
-          std::max(a.wire_rms, b.wire_rms), std::max(a.wire_tail, b.wire_tail)};
+          std::max(a.wire_rms, b.wire_rms), std::max(a.wire_tail, b.wire_tail),
+          std::max(a.attention_partials, b.attention_partials)};
 }
 
 // The steps of one stage, as a bf16 engine (PyTorch on a GPU, docs/spec/drafter.md §3) computes them, with
@@ -38,6 +39,8 @@ StagePath rms_norm(int64_t width) { return {2, 0, width, 0, 0.0}; }
 const StagePath kRope = {3, 0, 0, 0, 0.0};
 const StagePath kElementwise = {1, 0, 0, 0, 0.0};  // one rounded elementwise op (residual add, silu, product)
 const StagePath kBoundary = {0, 0, 0, 1, 0.0};     // a drafter stores the value as bf16
+// An attention's split partials, which a side with bf16_attention_partials rounds to bf16.
+const StagePath kAttentionPartials = {0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1};
 // Row-parallel reduction j (2l: o_proj, 2l + 1: down_proj): N partials and their sum that a bf16
 // wire rounds (docs/spec/tensor-parallel.md §9.2).
 StagePath reduction(const WireRounding& wire, int j) {
@@ -110,7 +113,7 @@ std::map<std::string, StagePath> stage_paths(const DrafterConfig& config, int64_
     // Scores (K = d), probabilities (normalizing sum over window + B), P·V (K = window + B), the
     // output stored as bf16. The q, k and v branches carry independent errors, so all three enter,
     // on top of the longer of the block rows' and the context rows' inputs.
-    const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kBoundary;
+    const StagePath attention_own = StagePath{3, 0, d + 2 * (window + block_width), 0, 0.0} + kAttentionPartials + kBoundary;
     const StagePath attn = longest(attn_norm, ctx_proj) + q_own + k_own + v_own + attention_own;
     paths[stage_name(StageKind::kAttn, l)] = attn;
     const StagePath o_partial = attn + fp8_gemm(config.q_dim(), delta.layer(l, &L::o));
@@ -207,8 +210,9 @@ ErrorModel fixture_error_model(const std::string& expect_precision) {
 }
 
 double relative_error_estimate(const ErrorModel& model, const StagePath& path, bool count_weights) {
-  const double storage_roundings =
-      (model.rounds_at_boundaries ? path.boundaries : path.roundings) + (model.bf16_wire ? path.wire_rms : 0.0);
+  const double storage_roundings = (model.rounds_at_boundaries ? path.boundaries : path.roundings) +
+                                   (model.bf16_wire ? path.wire_rms : 0.0) +
+                                   (model.bf16_attention_partials ? path.attention_partials : 0);
   const double quantization = count_weights && model.quantized_weights ? path.quantization : 0.0;
   const double activation = model.quantized_activations ? path.activation : 0.0;
   const double variance = storage_roundings * model.storage * model.storage + quantization + activation +
@@ -242,8 +246,10 @@ StageBound stage_bound(const TolerancePair& pair, const StagePath& path, int64_t
   if (pair.same_rounding_points) {
     const double u = kUnitRoundoffBf16;
     const bool wire = pair.expected.bf16_wire || pair.actual.bf16_wire;
-    const double n = path.boundaries + (wire ? path.wire_rms : 0.0);
-    const double n_tail = path.boundaries + (wire ? path.wire_tail : 0.0);
+    const bool partials = pair.expected.bf16_attention_partials || pair.actual.bf16_attention_partials;
+    const double extra = partials ? path.attention_partials : 0;  // the one side's rounding of them
+    const double n = path.boundaries + (wire ? path.wire_rms : 0.0) + extra;
+    const double n_tail = path.boundaries + (wire ? path.wire_tail : 0.0) + extra;
     const double accumulation = 2.0 * std::sqrt(static_cast<double>(path.accumulation) * kUnitRoundoffFp32 *
                                                     kUnitRoundoffFp32 + kUnitRoundoffFp32 * kUnitRoundoffFp32);
     // w8a8: each quantized input row may take codes one E4M3 ulp apart where the two sides' bf16

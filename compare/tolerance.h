@@ -46,6 +46,9 @@ struct StagePath {
   // (docs/spec/tensor-parallel.md §9.2): Σ_j (1 + ρ_j²) for the norm, Σ_j (1 + ρ∞_j) for the tail.
   double wire_rms = 0;
   double wire_tail = 0;
+  // The attentions on the path: one bf16 rounding each for a side that stores the attention's
+  // split partials as bf16 (ErrorModel::bf16_attention_partials).
+  int attention_partials = 0;
 };
 
 // ε_a of a GEMM of inner length K whose input row a w8a8 drafter quantizes per token
@@ -88,6 +91,9 @@ struct ErrorModel {
   // Rounds row-parallel partials and their sum to bf16 (tp_size > 1, tp_reduce_dtype bf16:
   // docs/spec/tensor-parallel.md §4): StagePath::wire_rms and wire_tail enter as boundaries.
   bool bf16_wire = false;
+  // Stores the attention's split-KV partials as bf16, as the CUDA drafter does (and engines'
+  // split-KV kernels): StagePath::attention_partials enter as boundaries (docs/tolerances.md §4).
+  bool bf16_attention_partials = false;
 };
 
 // The drafter precisions (core/proposer.h): the reference in that mode, or the CUDA drafter. Their

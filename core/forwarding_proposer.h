@@ -38,6 +38,7 @@ class ForwardingProposer : public DraftProposer {
   std::vector<AttentionSpan> attention_spans() const override { return inner_->attention_spans(); }
   Introspection introspection() const override { return inner_->introspection(); }
   std::vector<std::pair<std::string, std::string>> describe() const override { return inner_->describe(); }
+  bool bf16_attention_partials() const override { return inner_->bf16_attention_partials(); }
 
  protected:
   DraftProposer& inner() { return *inner_; }

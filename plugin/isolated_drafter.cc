@@ -162,6 +162,7 @@ IsolatedDrafter::IsolatedDrafter(const std::string& plugin_path, const DrafterCo
         ready.put_string(v);
       }
       put_introspection(ready, drafter->introspection());
+      ready.put<uint8_t>(drafter->bf16_attention_partials());
       if (!channel_->send(kReady, ready.bytes())) std::_Exit(0);
     } catch (...) {
       channel_->send(kError, error_payload(std::current_exception()));
@@ -238,6 +239,7 @@ IsolatedDrafter::IsolatedDrafter(const std::string& plugin_path, const DrafterCo
   describe_.emplace_back("isolated", "child process " + std::to_string(child_) + ", timeout " +
                                          std::to_string(timeout_ms_ / 1000) + " s");
   introspection_ = get_introspection(ready);
+  bf16_attention_partials_ = ready.get<uint8_t>() != 0;
 }
 
 IsolatedDrafter::~IsolatedDrafter() {

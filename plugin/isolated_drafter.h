@@ -39,6 +39,7 @@ class IsolatedDrafter : public PluginProposerBase {
   std::optional<KvRows> read_kv_at(int layer, int seq, const std::vector<int64_t>& positions) const override;
 
   Introspection introspection() const override { return introspection_; }
+  bool bf16_attention_partials() const override { return bf16_attention_partials_; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return describe_; }
 
  private:
@@ -54,6 +55,7 @@ class IsolatedDrafter : public PluginProposerBase {
   mutable bool dead_ = false;
   int block_g_ = 2;
   Introspection introspection_;
+  bool bf16_attention_partials_ = false;
   std::vector<std::pair<std::string, std::string>> describe_;
 };
 

@@ -21,7 +21,7 @@ std::string capability_list(const PluginLibrary& library) {
   const std::pair<uint64_t, const char*> caps[] = {
       {DFLASH_CAP_TAPS, "taps"},     {DFLASH_CAP_KV_READ, "kv-read"},
       {DFLASH_CAP_DESCRIBE, "describe"}, {DFLASH_CAP_PATH, "path"},
-      {DFLASH_CAP_TENSOR_PARALLEL, "tensor-parallel"}};
+      {DFLASH_CAP_TENSOR_PARALLEL, "tensor-parallel"}, {DFLASH_CAP_BF16_ATTENTION_PARTIALS, "bf16-attention-partials"}};
   for (const auto& [bit, name] : caps) {
     if (library.has(bit)) out += (out.empty() ? "" : ",") + std::string(name);
   }
@@ -195,6 +195,8 @@ Introspection PluginDrafter::introspection() const {
            capability_list(*library_);
   return in;
 }
+
+bool PluginDrafter::bf16_attention_partials() const { return library_->has(DFLASH_CAP_BF16_ATTENTION_PARTIALS); }
 
 std::vector<std::pair<std::string, std::string>> PluginDrafter::describe() const {
   std::vector<std::pair<std::string, std::string>> out = {

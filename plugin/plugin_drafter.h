@@ -32,6 +32,7 @@ class PluginDrafter : public PluginProposerBase {
 
   Introspection introspection() const override;
   std::vector<std::pair<std::string, std::string>> describe() const override;
+  bool bf16_attention_partials() const override;
 
  private:
   // Throws for a status that is not OK: `during` names the call ("propose of sequences [0, 2]").

@@ -40,7 +40,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & DFLASH_CAP_DESCRIBE) && !api->describe)) {
     problem = "announces a capability whose entry point is NULL (read_tap, read_kv or describe)";
   } else if (api->capabilities & ~(DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH |
-                                   (api->abi_version >= 2 ? DFLASH_CAP_TENSOR_PARALLEL : 0))) {
+                                   (api->abi_version >= 2 ? DFLASH_CAP_TENSOR_PARALLEL | DFLASH_CAP_BF16_ATTENTION_PARTIALS
+                                                          : 0))) {
     problem = "announces capability bits ABI version " + std::to_string(api->abi_version) + " does not define";
   }
   if (!problem.empty()) {

@@ -75,6 +75,9 @@ typedef enum dflash_path {
 /* Version 2: the drafter runs head.tp_size > 1 as docs/spec/tensor-parallel.md states; without it the
  * harness never asks for more than one rank. */
 #define DFLASH_CAP_TENSOR_PARALLEL ((uint64_t)1 << 4)
+/* Version 2: the drafter stores its attention's split-KV partials as bf16 (as FlashInfer's and vLLM's
+ * split-KV kernels do): no entry point; the tolerance model counts that rounding on its side. */
+#define DFLASH_CAP_BF16_ATTENTION_PARTIALS ((uint64_t)1 << 5)
 
 /* The dtype of the row-parallel partials and their sum (docs/spec/tensor-parallel.md §1, §4). */
 typedef enum dflash_tp_reduce {

@@ -101,6 +101,52 @@ TEST(Tolerance, BfloatWireCountsEachReductionOnThePath) {
   EXPECT_THROW(stage_paths(c, 10, 4, nullptr, &short_by_one), HarnessError);
 }
 
+TEST(Tolerance, EachAttentionOnThePathCountsItsPartials) {
+  // One per attention the stage's path crosses: none before layer 0's attention output, one from
+  // it on, two from layer 1's; Qwen3-8B's logits cross its five.
+  const auto one = stage_paths(hand_config(), 10, 4);
+  for (const char* stage : {"ctx_proj", "embed", "L0.attn_norm", "L0.q", "L0.k", "L0.v"}) {
+    EXPECT_EQ(one.at(stage).attention_partials, 0) << stage;
+  }
+  for (const char* stage : {"L0.attn", "L0.o_proj", "L0.o_proj.partial", "L0.mlp", "L0.out", "final_norm", "logits"}) {
+    EXPECT_EQ(one.at(stage).attention_partials, 1) << stage;
+  }
+  DrafterConfig c = hand_config();
+  c.num_layers = 2;
+  c.target_layer_ids = {1, 2};
+  const auto two = stage_paths(c, 10, 4);
+  EXPECT_EQ(two.at("L1.attn_norm").attention_partials, 1);
+  EXPECT_EQ(two.at("L1.attn").attention_partials, 2);
+  EXPECT_EQ(two.at("logits").attention_partials, 2);
+  EXPECT_EQ(stage_paths(make_config(qwen3_8b_geometry()), 16, 16).at("logits").attention_partials, 5);
+}
+
+TEST(Tolerance, OnlyASideWithBf16AttentionPartialsCountsThem) {
+  StagePath path = {0, 0, 0, 36, 0.0};  // Qwen3-8B's logits: b = 36 and five attentions
+  path.attention_partials = 5;
+  const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
+  const ErrorModel plain = error_model(Precision::kBf16);
+  ErrorModel partials = plain;
+  partials.bf16_attention_partials = true;
+  EXPECT_NEAR(relative_error_estimate(plain, path), std::sqrt(36 * u * u + u32 * u32), 1e-15);
+  EXPECT_NEAR(relative_error_estimate(partials, path), std::sqrt(41 * u * u + u32 * u32), 1e-15);
+  // Same rounding points but for the one side's partials: n = b + 5 in the norm and in the tail.
+  TolerancePair pair = cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16");
+  const double a = 2.0 * kSafetyFactor * u32;  // accumulation 0: A = S·2·u_fp32
+  const StageBound neither = stage_bound(pair, path, 4096);
+  EXPECT_NEAR(neither.rel_rms, 2.0 * std::sqrt(36.0) * u + a, 1e-15);
+  EXPECT_NEAR(neither.max_rel, 2.0 * 36.0 * u + a, 1e-15);
+  pair.actual.bf16_attention_partials = true;
+  const StageBound cuda = stage_bound(pair, path, 4096);
+  EXPECT_NEAR(cuda.rel_rms, 2.0 * std::sqrt(41.0) * u + a, 1e-15);
+  EXPECT_NEAR(cuda.max_rel, 2.0 * 41.0 * u + a, 1e-15);
+  // With a bf16 wire as well (ten reductions, ρ = 1): both add.
+  path.wire_rms = 20;
+  path.wire_tail = 20;
+  pair.expected.bf16_wire = pair.actual.bf16_wire = true;
+  EXPECT_NEAR(stage_bound(pair, path, 4096).rel_rms, 2.0 * std::sqrt(61.0) * u + a, 1e-15);
+}
+
 TEST(Tolerance, OnlyABfloatWireSideCountsTheWire) {
   StagePath path = {0, 0, 0, 36, 0.0};
   path.wire_rms = 20;
@@ -309,6 +355,12 @@ struct PairCase {
   TolerancePair pair;
 };
 
+// A side that stores the attention's split partials as bf16 (the CUDA drafter).
+TolerancePair with_bf16_partials(TolerancePair pair) {
+  pair.actual.bf16_attention_partials = true;
+  return pair;
+}
+
 // A tensor-parallel side that reduces on a bf16 wire (docs/spec/tensor-parallel.md §9.2).
 TolerancePair on_bf16_wire(TolerancePair pair, bool expected_side) {
   pair.actual.bf16_wire = true;
@@ -325,6 +377,10 @@ std::vector<PairCase> pair_cases() {
       {"fixture bf16 vs reference fp64", fixture_pair("bf16", Precision::kFp64, "reference-fp64")},
       {"fixture fp8 vs reference fp64", fixture_pair("fp8", Precision::kFp64, "reference-fp64")},
       {"reference bf16 vs cuda bf16", cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16")},
+      {"reference bf16 vs cuda bf16, bf16 attention partials",
+       with_bf16_partials(cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16"))},
+      {"fixture fp64 vs cuda fp8, bf16 attention partials",
+       with_bf16_partials(fixture_pair("fp64", Precision::kFp8, "cuda-fp8"))},
       {"reference fp8 vs cuda fp8", cross_pair(Precision::kFp8, "reference-fp8", Precision::kFp8, "cuda-fp8")},
       {"reference bf16 vs cuda fp8", cross_pair(Precision::kBf16, "reference-bf16", Precision::kFp8, "cuda-fp8")},
       {"fixture fp64 vs reference w8a8", fixture_pair("fp64", Precision::kW8a8, "reference-w8a8")},
@@ -338,10 +394,10 @@ std::vector<PairCase> pair_cases() {
 }
 
 // Paths of the pair tests: a short one without fp8 GEMMs, and a long one whose 8 fp8 GEMMs carry
-// the a-priori weight term and the activation term of K = 64, and whose two reductions a bf16 wire
-// rounds with ρ = 1.
+// the a-priori weight term and the activation term of K = 64, whose two reductions a bf16 wire
+// rounds with ρ = 1, and whose one attention a side may store bf16 partials of.
 const StagePath kShortPath = {3, 0, 24, 2, 0.0, 0.0};
-const StagePath kLongPath = {32, 8, 152, 9, 8 * 0x1p-8, 8 * 0x1p-8, 4.0, 4.0};
+const StagePath kLongPath = {32, 8, 152, 9, 8 * 0x1p-8, 8 * 0x1p-8, 4.0, 4.0, 1};
 
 constexpr int64_t kCols = 64;
 

@@ -1,5 +1,5 @@
 /* Plugins that get the ABI wrong, one per DFLASH_ABI_VARIANT, for the refusal tests: the minimal
- * plugin's table with one thing broken. */
+ * plugin's table with one thing broken (6 and 8: nothing broken, for the tests of what they announce). */
 #define dflash_drafter_get_api minimal_get_api
 #include "examples/plugin/minimal_plugin.c"
 #undef dflash_drafter_get_api
@@ -28,6 +28,10 @@ static dflash_status create_v1(const dflash_create_args* args, dflash_drafter** 
   return create(&v2, out, message, size);
 }
 #define BREAK(t) ((t).abi_version = 1u, (t).create = create_v1)
+#elif DFLASH_ABI_VARIANT == 7 /* a version-2 capability in a version-1 table */
+#define BREAK(t) ((t).abi_version = 1u, (t).capabilities |= DFLASH_CAP_BF16_ATTENTION_PARTIALS)
+#elif DFLASH_ABI_VARIANT == 8 /* nothing broken: bf16 attention partials announced (version 2) */
+#define BREAK(t) ((t).capabilities |= DFLASH_CAP_BF16_ATTENTION_PARTIALS)
 #endif
 
 #if DFLASH_ABI_VARIANT == 5 /* the entry point under another name */

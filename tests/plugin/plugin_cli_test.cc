@@ -248,6 +248,7 @@ TEST(PluginCli, AbiMismatchesAreRefusedByName) {
       {"3", "dflash_drafter_get_api(2) returned NULL"},
       {"4", "announces a capability whose entry point is NULL"},
       {"5", "exports no dflash_drafter_get_api (the harness speaks drafter plugin ABI version 2"},
+      {"7", "announces capability bits ABI version 1 does not define"},
   };
   for (const auto& [variant, words] : cases) {
     for (const char* mode : {"--isolate", "--no-isolate"}) {
@@ -261,6 +262,22 @@ TEST(PluginCli, AbiMismatchesAreRefusedByName) {
   const RunResult missing = run_harness({"replay", kOracleDir + "/tiny-gqa", "--backend", "plugin:/no/such/plugin.so"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("cannot be loaded"), std::string::npos) << missing.err;
+}
+
+// A plugin that announces bf16 attention partials has that rounding counted on its side of every
+// bound (docs/tolerances.md §4); the minimal plugin, which does not, has not.
+TEST(PluginCli, AnnouncedBf16AttentionPartialsReachTheToleranceModel) {
+  const std::string announcing = "plugin:" + std::string(DFLASH_ABI_VARIANT_DIR) + "/libdflash_abi_variant_8.so";
+  for (const char* mode : {"--isolate", "--no-isolate"}) {
+    for (const auto& [plugin, announced] : {std::pair{announcing, true}, std::pair{kMinimal, false}}) {
+      const Replay r = replay({kOracleDir + "/tiny-gqa"}, {"--backend", plugin, mode}, announced ? "partials" : "no-partials");
+      EXPECT_EQ(r.run.exit_code, 1) << "the minimal plugin's constant logits fail\n" << r.run.output;
+      ASSERT_FALSE(r.report.is_null()) << r.run.output;
+      const json& pair = r.report["results"][0]["pairs"][0];
+      EXPECT_EQ(pair["actual_model"]["bf16_attention_partials"], announced) << mode << " " << pair.dump();
+      EXPECT_EQ(pair["expected_model"]["bf16_attention_partials"], false) << pair.dump();
+    }
+  }
 }
 
 TEST(PluginCli, APluginWithoutCapabilitiesHasItsMissingChecksListedAsNotRun) {
