@@ -121,54 +121,52 @@ TEST(Tolerance, EachAttentionOnThePathCountsItsPartials) {
   EXPECT_EQ(stage_paths(make_config(qwen3_8b_geometry()), 16, 16).at("logits").attention_partials, 5);
 }
 
-TEST(Tolerance, OnlyASideWithBf16AttentionPartialsCountsThem) {
-  StagePath path = {0, 0, 0, 36, 0.0};  // Qwen3-8B's logits: b = 36 and five attentions
-  path.attention_partials = 5;
+// The roundings one side takes past the drafters' bf16 boundaries (a bf16 wire, bf16 attention
+// partials), on a path of b = 36 boundaries (Qwen3-8B's logits): `mark` sets them on a side; n_rms
+// and n_tail are the boundary counts they make. The estimate of a side counts them only when it
+// has them, and a same-rounding-points pair when either side has them (in the norm and the tail).
+void expect_counted_on_their_side(const StagePath& path, void (*mark)(ErrorModel&), double n_rms, double n_tail) {
   const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
   const ErrorModel plain = error_model(Precision::kBf16);
-  ErrorModel partials = plain;
-  partials.bf16_attention_partials = true;
+  ErrorModel marked = plain;
+  mark(marked);
   EXPECT_NEAR(relative_error_estimate(plain, path), std::sqrt(36 * u * u + u32 * u32), 1e-15);
-  EXPECT_NEAR(relative_error_estimate(partials, path), std::sqrt(41 * u * u + u32 * u32), 1e-15);
-  // Same rounding points but for the one side's partials: n = b + 5 in the norm and in the tail.
+  EXPECT_NEAR(relative_error_estimate(marked, path), std::sqrt(n_rms * u * u + u32 * u32), 1e-15);
   TolerancePair pair = cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16");
   const double a = 2.0 * kSafetyFactor * u32;  // accumulation 0: A = S·2·u_fp32
   const StageBound neither = stage_bound(pair, path, 4096);
   EXPECT_NEAR(neither.rel_rms, 2.0 * std::sqrt(36.0) * u + a, 1e-15);
   EXPECT_NEAR(neither.max_rel, 2.0 * 36.0 * u + a, 1e-15);
-  pair.actual.bf16_attention_partials = true;
-  const StageBound cuda = stage_bound(pair, path, 4096);
-  EXPECT_NEAR(cuda.rel_rms, 2.0 * std::sqrt(41.0) * u + a, 1e-15);
-  EXPECT_NEAR(cuda.max_rel, 2.0 * 41.0 * u + a, 1e-15);
+  for (const bool expected_side : {false, true}) {
+    TolerancePair one = pair;
+    mark(one.actual);
+    if (expected_side) mark(one.expected);
+    const StageBound bound = stage_bound(one, path, 4096);
+    EXPECT_NEAR(bound.rel_rms, 2.0 * std::sqrt(n_rms) * u + a, 1e-15);
+    EXPECT_NEAR(bound.max_rel, 2.0 * n_tail * u + a, 1e-15);
+  }
+}
+
+TEST(Tolerance, OnlyASideWithBf16AttentionPartialsCountsThem) {
+  // Five attentions: n = 36 + 5 in the norm and the tail.
+  StagePath path = {0, 0, 0, 36, 0.0};
+  path.attention_partials = 5;
+  expect_counted_on_their_side(path, [](ErrorModel& m) { m.bf16_attention_partials = true; }, 41, 41);
   // With a bf16 wire as well (ten reductions, ρ = 1): both add.
   path.wire_rms = 20;
   path.wire_tail = 20;
-  pair.expected.bf16_wire = pair.actual.bf16_wire = true;
-  EXPECT_NEAR(stage_bound(pair, path, 4096).rel_rms, 2.0 * std::sqrt(61.0) * u + a, 1e-15);
+  expect_counted_on_their_side(
+      path, [](ErrorModel& m) { m.bf16_attention_partials = m.bf16_wire = true; }, 61, 61);
 }
 
 TEST(Tolerance, OnlyABfloatWireSideCountsTheWire) {
+  // The example of §9.2, Qwen3-8B's logits with ρ = 1 (b = 36, ten reductions): 2·sqrt(36)·2^-8
+  // becomes 2·sqrt(56)·2^-8 ≈ 0.0585; the tail counts 1 + ρ∞ per reduction.
   StagePath path = {0, 0, 0, 36, 0.0};
   path.wire_rms = 20;
   path.wire_tail = 30;
-  const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
-  const ErrorModel plain = error_model(Precision::kBf16);
-  ErrorModel wired = plain;
-  wired.bf16_wire = true;
-  EXPECT_NEAR(relative_error_estimate(plain, path), std::sqrt(36 * u * u + u32 * u32), 1e-15);
-  EXPECT_NEAR(relative_error_estimate(wired, path), std::sqrt(56 * u * u + u32 * u32), 1e-15);
-  // Same rounding points: the example of §9.2, Qwen3-8B's logits with ρ = 1 (b = 36, ten
-  // reductions): 2·sqrt(36)·2^-8 becomes 2·sqrt(56)·2^-8; the tail counts 1 + ρ∞ per reduction.
-  TolerancePair pair = cross_pair(Precision::kBf16, "reference-bf16", Precision::kBf16, "cuda-bf16");
-  const double a = 2.0 * kSafetyFactor * u32;  // accumulation 0: A = S·2·u_fp32
-  const StageBound fp32_wire = stage_bound(pair, path, 4096);
-  EXPECT_NEAR(fp32_wire.rel_rms, 2.0 * std::sqrt(36.0) * u + a, 1e-15);
-  EXPECT_NEAR(fp32_wire.max_rel, 2.0 * 36.0 * u + a, 1e-15);
-  pair.expected.bf16_wire = pair.actual.bf16_wire = true;
-  const StageBound bf16_wire = stage_bound(pair, path, 4096);
-  EXPECT_NEAR(bf16_wire.rel_rms, 2.0 * std::sqrt(56.0) * u + a, 1e-15);
-  EXPECT_NEAR(bf16_wire.rel_rms, 0.0585 + a, 5e-4);
-  EXPECT_NEAR(bf16_wire.max_rel, 2.0 * 66.0 * u + a, 1e-15);
+  expect_counted_on_their_side(path, [](ErrorModel& m) { m.bf16_wire = true; }, 56, 66);
+  EXPECT_NEAR(2.0 * std::sqrt(56.0) * std::ldexp(1.0, -8), 0.0585, 5e-4);
   // The path counts of that example (EveryPair shows the wider bounds fail just past them).
   const StagePath qwen = stage_paths(make_config(qwen3_8b_geometry()), 16, 16).at("logits");
   EXPECT_EQ(qwen.boundaries, 36);
