@@ -8,6 +8,7 @@
 #   ci/gpu-gate.sh [--no-build] [--build-only] [--quick] [--batched-geometry] [--mutations [--mutation-ids "ID ..."]]
 #                  [--sanitize] [--sweep KERNELS]... [--sweep-batches "1 8 32"] [--profile]
 #                  [--no-propose-bench] [--no-gemm-bench] [--propose-only] [--release-only] [--out DIR]
+#                  [--ab-bench "BENCH ARGS"]
 # The default pass:
 #   1. the GPU tests by label: `ctest -L gpu` with a resource spec written from the GPUs it sees
 #      (one test per GPU at a time, so a host with N GPUs runs the suite N-wide); the CUDA vs
@@ -27,6 +28,8 @@
 # --mutations runs the catch suite instead: every planted bug of testing/fault_points.h replayed over
 # every bundled fixture folder in bf16 and fp8 (testing build), judged by mutation_catch_table.
 # --release-only needs and runs the release build alone: steps 2, 3, 3a, 3b and 6.
+# --ab-bench "ARGS" also times the baseline's propose benchmark (ci/gpu-remote.sh stage --baseline REV)
+# against the release build's with ARGS, alternating (ci/ab_bench.py): ab-bench.md and the summary.
 # --sanitize runs compute-sanitizer's four tools over a subset of the GPU tests and one replay.
 # Writes summary.txt and logs under --out (default $OUT, else gpu-gate-out/). Exit 0 when every step
 # passed, 1 otherwise. ci/gpu-remote.sh carries the built trees to a GPU machine without the toolchain.
@@ -48,6 +51,8 @@ release_only=0
 batched_geometry=0
 mutations=0
 mutation_ids=""
+ab_bench_args=""
+ab_bench=0
 out_dir=${OUT:-$root/gpu-gate-out}
 release_dir=${DFLASH_RELEASE_DIR:-build-release}
 testing_dir=${DFLASH_TESTING_DIR:-build-testing}
@@ -71,6 +76,7 @@ while (($#)); do
     --batched-geometry) batched_geometry=1 ;;
     --mutations) mutations=1 ;;
     --mutation-ids) mutation_ids=$2; shift ;;
+    --ab-bench) ab_bench=1; ab_bench_args=$2; shift ;;
     *) echo "error: ci/gpu-gate.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -385,6 +391,19 @@ if ((gemm_bench)); then
   else
     note "FAIL gemm_bench (see gemm-bench.log)"
     status=1
+  fi
+fi
+if ((ab_bench)); then
+  baseline_bench=build-baseline/release/bench/cuda_propose_bench
+  # shellcheck disable=SC2086 # the benchmark's arguments are separate words
+  if [ ! -x "$baseline_bench" ]; then
+    note "FAIL --ab-bench: no $baseline_bench (ci/gpu-remote.sh stage --baseline REV builds it)"; status=1
+  elif python3 ci/ab_bench.py "$baseline_bench" "$release_dir/bench/cuda_propose_bench" --out "$out_dir/ab-bench.md" \
+       -- $ab_bench_args >"$out_dir/ab-bench.log" 2>&1; then
+    note "PASS ab_bench $ab_bench_args (ab-bench.md)"
+    sed -n '/^| precision/,$p' "$out_dir/ab-bench.md" >>"$summary"
+  else
+    note "FAIL ab_bench $ab_bench_args (see ab-bench.log)"; tail -n 5 "$out_dir/ab-bench.log" | tee -a "$summary"; status=1
   fi
 fi
 for v in "${sweeps[@]}"; do
