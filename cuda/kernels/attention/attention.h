@@ -19,8 +19,8 @@
 //  - simple: one CTA per (row, head), all scores in shared memory, for bisecting.
 // All of them reduce in a fixed order: same inputs, same bits, whatever the other sequences.
 // The split-KV partials are bf16 (each chunk's unnormalized O; its m and l stay fp32), as engines'
-// split-KV kernels store them: half the bytes of fp32, for at most 2^-8·max|v| on the output (the
-// derivation is in attention_gpu_test.cc); the whole-window form rounds each chunk's O the same way.
+// split-KV kernels store them: half the bytes of fp32, for at most 2^-8·Σ_c w_c·|O_c| / l (<= 2^-8·max|v|)
+// on the output (attention_gpu_test.cc derives it); the whole-window form rounds each chunk's O alike.
 #pragma once
 #include <cstdint>
 #include <string>
