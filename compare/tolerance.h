@@ -91,8 +91,8 @@ struct ErrorModel {
   // Rounds row-parallel partials and their sum to bf16 (tp_size > 1, tp_reduce_dtype bf16:
   // docs/spec/tensor-parallel.md §4): StagePath::wire_rms and wire_tail enter as boundaries.
   bool bf16_wire = false;
-  // Stores the attention's split-KV partials as bf16, as engines' split-KV kernels and the CUDA
-  // drafter do: StagePath::attention_partials enter as boundaries (docs/tolerances.md §4).
+  // Stores the attention's split-KV partials as bf16, as engines' split-KV kernels do (a plugin
+  // announces it): StagePath::attention_partials enter as boundaries (docs/tolerances.md §4).
   bool bf16_attention_partials = false;
 };
 

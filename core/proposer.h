@@ -202,8 +202,9 @@ class DraftProposer {
   virtual Introspection introspection() const { return {}; }
 
   // Whether the drafter stores its attention's split-KV partials as bf16, as engines' split-KV
-  // kernels and the CUDA drafter do (a plugin announces it): a rounding past its precision's bf16
-  // boundaries, which the tolerance model counts on its side (docs/tolerances.md §4).
+  // kernels do (a plugin announces it; the harness's own drafters keep fp32 partials): a rounding
+  // past its precision's bf16 boundaries, which the tolerance model counts on its side
+  // (docs/tolerances.md §4).
   virtual bool bf16_attention_partials() const { return false; }
 
   // Settings and choices in force (precision, kernels per stage, fallbacks taken, graphs on/off),

@@ -314,10 +314,11 @@ void CudaDrafter::allocate_buffers() {
     walk_scores_.allocate(n(draft_rows * top_k));
     walk_index_.allocate(n(draft_rows));
   }
+  const int64_t partial = attention_partial_floats(settings_.max_batch, config_.num_heads, max_width_, max_chunks_,
+                                                   config_.head_dim);
   if (plan_.attention.kernel != AttentionKernel::kSimple) {
-    attn_partial_.allocate(n(attention_partial_elements(settings_.max_batch, config_.num_heads, max_width_, max_chunks_,
-                                                        config_.head_dim)));
-    attn_max_sum_.allocate(n(attention_partial_elements(settings_.max_batch, config_.num_heads, max_width_, max_chunks_, 2)));
+    attn_partial_.allocate(n(partial));
+    attn_max_sum_.allocate(n(partial / config_.head_dim * 2));
   }
 
   const int batch = settings_.max_batch;

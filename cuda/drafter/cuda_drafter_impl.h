@@ -53,9 +53,6 @@ class CudaDrafter final : public PagedProposer {
   // each sequence's attention kernel was handed (the device copies of window_begin/window_length).
   std::optional<KvRows> read_kv(int layer, const std::vector<int64_t>& slots) const override;
   std::vector<AttentionSpan> attention_spans() const override;
-  // Every attention kernel but `simple` stores its split partials (or, whole-window, rounds each
-  // chunk's O as if it had) as bf16 (cuda/kernels/attention/attention.h).
-  bool bf16_attention_partials() const override { return plan_.attention.kernel != AttentionKernel::kSimple; }
 
 
  private:
@@ -186,8 +183,9 @@ class CudaDrafter final : public PagedProposer {
   int64_t ld_hidden_ = 0, ld_q_ = 0, ld_inter_ = 0, ld_ctx_ = 0;
 
   // Block-row scratch, sized for max_batch sequences of max_width_ rows.
-  DeviceBuffer<float> h_, o_out_, mlp_out_, qkv_out_, gate_up_out_, logits_, argmax_value_, attn_max_sum_;
-  DeviceBuffer<uint16_t> x_, y_, q_, k_block_, v_block_, attn_, act_, hf_, hf_draft_, attn_partial_;
+  DeviceBuffer<float> h_, o_out_, mlp_out_, qkv_out_, gate_up_out_, logits_, argmax_value_, attn_partial_,
+      attn_max_sum_;
+  DeviceBuffer<uint16_t> x_, y_, q_, k_block_, v_block_, attn_, act_, hf_, hf_draft_;
   DeviceBuffer<int32_t> argmax_index_, tokens_;
   // DFlash2 only: the kernel_projection outputs (prepare to finish), the convolution's output (taps
   // only), and the selector's buffers (cuda/kernels/selector/candidate_selector.h).

@@ -40,9 +40,7 @@ std::unique_ptr<DraftProposer> make_cuda_plugin_drafter(const DrafterConfig& con
 extern "C" __attribute__((visibility("default"))) const dflash_drafter_api* dflash_drafter_get_api(uint32_t abi_version) {
   (void)abi_version;
   static const dflash_drafter_api* api =
-      dflash::export_proposer("cuda",
-                              DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH |
-                                  DFLASH_CAP_BF16_ATTENTION_PARTIALS,
+      dflash::export_proposer("cuda", DFLASH_CAP_TAPS | DFLASH_CAP_KV_READ | DFLASH_CAP_DESCRIBE | DFLASH_CAP_PATH,
                               dflash::make_cuda_plugin_drafter);
   return api;
 }

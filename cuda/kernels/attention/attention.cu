@@ -162,11 +162,11 @@ __global__ void __launch_bounds__(kPartialThreads) attention_partial_kernel(Atte
     __syncwarp();
 
     const int64_t pidx = ((static_cast<int64_t>(b) * a.num_heads + head) * a.max_block_width + i) * a.max_chunks + chunk;
-    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.partial_out) + pidx * d;
+    float* out = a.partial_out + pidx * d;
     for (int e = lane; e < d; e += 32) {
       float o = 0.0f;
       for (int jj = 0; jj < keys; ++jj) o = fmaf(p_row[jj], __bfloat162float(v_tile[jj * d + e]), o);
-      out[e] = __float2bfloat16_rn(o);
+      out[e] = o;
     }
     if (lane == 0) {
       a.partial_max_sum[pidx * 2] = m;
@@ -250,13 +250,18 @@ __device__ __forceinline__ void chunk_partials(const AttentionArgs& a, const Que
   for (int pass = 0; pass < D / kPassColumns; ++pass) {
     float hi[8][4], lo[8][4];
     chunk_pv_pass<D>(hi, lo, s, v_address, pass);
-    // Unnormalized partial O (bf16): row g from elements 0, 1, row g + 8 from 2, 3.
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(a.partial_out);
+    // Unnormalized partial O (fp32): row g from elements 0, 1, row g + 8 from 2, 3.
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const int column = pass * kPassColumns + n * 8 + 2 * t;
-      if (p0 >= 0) out[(p0 * D + column) / 2] = __halves2bfloat162(partial_o(hi[n][0], lo[n][0]), partial_o(hi[n][1], lo[n][1]));
-      if (p1 >= 0) out[(p1 * D + column) / 2] = __halves2bfloat162(partial_o(hi[n][2], lo[n][2]), partial_o(hi[n][3], lo[n][3]));
+      if (p0 >= 0) {
+        *reinterpret_cast<float2*>(a.partial_out + p0 * D + column) =
+            make_float2(__fadd_rn(hi[n][0], lo[n][0]), __fadd_rn(hi[n][1], lo[n][1]));
+      }
+      if (p1 >= 0) {
+        *reinterpret_cast<float2*>(a.partial_out + p1 * D + column) =
+            make_float2(__fadd_rn(hi[n][2], lo[n][2]), __fadd_rn(hi[n][3], lo[n][3]));
+      }
     }
   }
 }
@@ -516,7 +521,7 @@ __global__ void __launch_bounds__(kWholeWindowMaxWarps * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           acc[p][n][e] = fold_in(acc[p][n][e], e < 2 ? acc_w0 : acc_w1, e < 2 ? chunk_w0 : chunk_w1,
-                                 __bfloat162float(partial_o(hi[n][e], lo[n][e])));
+                                 __fadd_rn(hi[n][e], lo[n][e]));
         }
       }
     }
@@ -576,7 +581,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(A
                        base = ((static_cast<int64_t>(b) * a.num_heads + (head + 1) % a.num_heads) * a.max_block_width + i) *
                               a.max_chunks);
   const float* max_sum = a.partial_max_sum + base * 2;
-  const __nv_bfloat16* partial = reinterpret_cast<const __nv_bfloat16*>(a.partial_out) + base * d;
+  const float* partial = a.partial_out + base * d;
 
   float m = -INFINITY;  // the running maximum before the current tile of 32 chunks
   float l = 0.0f, o[kColumns];
@@ -607,7 +612,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(A
 #pragma unroll
         for (int k = 0; k < kColumns; ++k) {
           const int e = lane + 32 * k;
-          x[j][k] = j0 + j < count && e < d ? __bfloat162float(partial[static_cast<int64_t>(c0 + j0 + j) * d + e]) : 0.0f;
+          x[j][k] = j0 + j < count && e < d ? partial[static_cast<int64_t>(c0 + j0 + j) * d + e] : 0.0f;
         }
       }
 #pragma unroll
@@ -855,7 +860,7 @@ bool attention_runs_whole_window(const AttentionChoice& choice, int batch, int b
   return false;
 }
 
-int64_t attention_partial_elements(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim) {
+int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim) {
   return static_cast<int64_t>(max_batch) * num_heads * max_block_width * max_chunks * head_dim;
 }
 

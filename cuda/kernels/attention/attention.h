@@ -18,9 +18,6 @@
 //    sequence), head_dim a runtime value (any even d <= 256); same partial format and combine.
 //  - simple: one CTA per (row, head), all scores in shared memory, for bisecting.
 // All of them reduce in a fixed order: same inputs, same bits, whatever the other sequences.
-// The split-KV partials are bf16 (each chunk's unnormalized O; its m and l stay fp32), as engines'
-// split-KV kernels store them: half the bytes of fp32, for at most 2^-8·Σ_c w_c·|O_c| / l (<= 2^-8·max|v|)
-// on the output (attention_gpu_test.cc derives it); the whole-window form rounds each chunk's O alike.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -82,9 +79,8 @@ struct AttentionArgs {
   float scale = 0.0f;                  // d^-1/2
   int max_chunks = 0;                  // ceil((max window + max block width) / kAttentionChunk)
   int max_block_width = 0;             // partial buffers' row capacity per sequence
-  uint16_t* partial_out = nullptr;     // [batch, nh, max_block_width, max_chunks, d] bf16: each chunk's
-                                       // unnormalized O, rounded (attention_tiles::partial_o)
-  float* partial_max_sum = nullptr;    // [batch, nh, max_block_width, max_chunks, 2] fp32 (m, l)
+  float* partial_out = nullptr;        // [batch, nh, max_block_width, max_chunks, d]
+  float* partial_max_sum = nullptr;    // [batch, nh, max_block_width, max_chunks, 2]
   uint16_t* out = nullptr;             // [R, ld_out] bf16 (columns nh·d onwards untouched)
   int64_t ld_out = 0;
   int sm_count = 0;  // the device's SMs (the whole-window form sizes its grid by them; host only)
@@ -102,8 +98,8 @@ struct AttentionLaunch {
 };
 AttentionLaunch attention_launch(const AttentionChoice& choice, const AttentionArgs& args);
 
-// Elements of partial_out (head_dim: d) or of partial_max_sum (head_dim: 2).
-int64_t attention_partial_elements(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim);
+// Floats needed for partial_out / partial_max_sum.
+int64_t attention_partial_floats(int max_batch, int num_heads, int max_block_width, int max_chunks, int head_dim);
 // Dynamic shared memory the simple kernel needs for `max_keys` keys (it is refused above the limit).
 size_t attention_simple_smem_bytes(int64_t max_keys);
 // The most dynamic shared memory a kernel of the current device may use.

@@ -308,10 +308,6 @@ __device__ __forceinline__ float fold_in(float acc, float acc_weight, float chun
   return __fadd_rn(__fmul_rn(acc, acc_weight), __fmul_rn(chunk_weight, chunk_value));
 }
 
-// A chunk's partial O element as the split-KV kernels store it: the two accumulators' sum, rounded
-// to bf16 (the whole-window form rounds it too before its fold, so both forms give the same bits).
-__device__ __forceinline__ __nv_bfloat16 partial_o(float hi, float lo) { return __float2bfloat16_rn(__fadd_rn(hi, lo)); }
-
 // One 64-column P·V pass over the chunk: columns pass·64 .. pass·64 + 63 of the unnormalized O,
 // element (n, e) = hi[n][e] + lo[n][e] (rows g: e = 0, 1; g + 8: e = 2, 3; column n·8 + 2t + e % 2).
 template <int D>
