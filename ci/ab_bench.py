@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Two builds of the propose benchmark timed in one call: which of two commits is faster.
 
-    ci/ab_bench.py BASE NEW [--rounds N] [--out FILE] -- BENCH_ARGS...
+    ci/ab_bench.py BASE NEW [--base-env K=V]... [--new-env K=V]... [--rounds N] [--out FILE] -- BENCH_ARGS...
 
 BASE and NEW are cuda_propose_bench binaries (ci/gpu-remote.sh stage --baseline REV packs REV's as
-build-baseline/bench/cuda_propose_bench). Each round runs both with BENCH_ARGS, in the order
+build-baseline/release/bench/cuda_propose_bench), or one binary twice with environments of its own
+(--base-env DFLASH_CUDA_KERNELS=w8a8_m64=cublaslt --new-env DFLASH_CUDA_KERNELS=w8a8_m64=cutlass:
+which lever value is faster). Each round runs both with BENCH_ARGS, in the order
 BASE NEW, then NEW BASE, and so on (ABBA), so that a machine that drifts through the call weighs on
 both alike. Every run's table must hold the same rows (precision, batch, context); a row's medians
 are the median over the rounds of each run's median. Prints, and writes to --out, a markdown table
@@ -33,9 +35,10 @@ def parse_table(path):
     return rows, header
 
 
-def run(binary, args, scratch, index):
+def run(binary, args, env, scratch, index):
     table = os.path.join(scratch, f"run{index}.md")
-    done = subprocess.run([binary, *args, "--markdown", table], capture_output=True, text=True)
+    done = subprocess.run([binary, *args, "--markdown", table], capture_output=True, text=True,
+                          env={**os.environ, **env})
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
         raise RuntimeError(f"{binary} exited {done.returncode}:\n{tail}")
@@ -49,6 +52,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base")
     parser.add_argument("new")
+    parser.add_argument("--base-env", action="append", default=[], metavar="K=V", help="set for BASE's runs")
+    parser.add_argument("--new-env", action="append", default=[], metavar="K=V", help="set for NEW's runs")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each binary (default 2)")
     parser.add_argument("--out", help="also write the table here")
     opts = parser.parse_args(own)
@@ -57,6 +62,12 @@ def main():
     for binary in (opts.base, opts.new):
         if not os.access(binary, os.X_OK):
             parser.error(f"{binary}: not an executable")
+    envs = {}
+    for side, pairs in (("base", opts.base_env), ("new", opts.new_env)):
+        bad = [p for p in pairs if "=" not in p or p.startswith("=")]
+        if bad:
+            parser.error(f"--{side}-env {bad[0]!r}: expected K=V")
+        envs[side] = dict(p.split("=", 1) for p in pairs)
 
     medians = {"base": [], "new": []}
     header = ""
@@ -67,7 +78,7 @@ def main():
                 binary = opts.base if side == "base" else opts.new
                 print(f"ab_bench: round {r + 1}, {side} ({binary})", flush=True)
                 try:
-                    rows, header = run(binary, bench_args, scratch, index)
+                    rows, header = run(binary, bench_args, envs[side], scratch, index)
                 except (RuntimeError, ValueError) as error:
                     print(f"ab_bench: {error}", file=sys.stderr)
                     return 1
@@ -81,7 +92,11 @@ def main():
                       file=sys.stderr)
                 return 1
 
-    out = [f"A/B of cuda_propose_bench {' '.join(bench_args)}: base {opts.base}, new {opts.new}, "
+    def named(side, binary):
+        return " ".join([f"{k}={v}" for k, v in envs[side].items()] + [binary])
+
+    out = [f"A/B of cuda_propose_bench {' '.join(bench_args)}: base {named('base', opts.base)}, "
+           f"new {named('new', opts.new)}, "
            f"{opts.rounds} run(s) each in ABBA order; last table's line: {header}", "",
            "| precision | batch | context | base median µs | new median µs | new / base |",
            "|---|---|---|---|---|---|"]

@@ -1,5 +1,6 @@
 """ci/ab_bench.py against fake benchmarks that write known tables: the ABBA order, the median over
-rounds, the ratio, and the refusals (a failing run, tables that disagree on their rows)."""
+rounds, the ratio, one binary under two environments, and the refusals (a failing run, tables that
+disagree on their rows, a missing binary, an environment entry without '=')."""
 import os
 import subprocess
 import sys
@@ -10,12 +11,12 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AB_BENCH = os.path.join(ROOT, "ci", "ab_bench.py")
 
-# A fake cuda_propose_bench: logs its name, then writes the table of its next run from MEDIANS
+# A fake cuda_propose_bench: logs its name (plus $FAKE_SUFFIX), then writes the table of its next run from MEDIANS
 # (one "fp8 batch 1" median per run, "fp8 batch 8" twice that), or fails as FAIL says.
 FAKE = textwrap.dedent("""\
     #!{python}
     import os, sys
-    name, log = {name!r}, {log!r}
+    name, log = {name!r} + os.environ.get("FAKE_SUFFIX", ""), {log!r}
     with open(log, "a") as f:
         f.write(name + "\\n")
     runs = open(log).read().split().count(name)
@@ -68,6 +69,19 @@ class AbBench(unittest.TestCase):
         self.assertIn("cuda_propose_bench --batches 1 8", done.stdout)
         with open(out) as f:
             self.assertEqual(f.read(), done.stdout[done.stdout.index("A/B of"):])
+
+    def test_one_binary_under_two_environments(self):
+        # The same fake twice: each side's runs see only their own variable (the log names them).
+        fake = self.fake("bench", [100.0])
+        done = self.ab(fake, fake, "--base-env", "FAKE_SUFFIX=-cublaslt", "--new-env", "FAKE_SUFFIX=-cutlass")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.log) as f:
+            self.assertEqual(f.read().split(), ["bench-cublaslt", "bench-cutlass", "bench-cutlass", "bench-cublaslt"])
+        self.assertIn("base FAKE_SUFFIX=-cublaslt", done.stdout)
+        self.assertIn("new FAKE_SUFFIX=-cutlass", done.stdout)
+        bad = self.ab(fake, fake, "--new-env", "NOEQUALS")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--new-env 'NOEQUALS': expected K=V", bad.stderr)
 
     def test_a_failing_run_is_named(self):
         done = self.ab(self.fake("base", [100.0]), self.fake("new", [100.0], fail=True))
