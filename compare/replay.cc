@@ -63,11 +63,13 @@ const Tap* find_tap(const ProposeOutput& output, const std::string& name) {
   return nullptr;
 }
 
-// Whether the drafter rounds its row-parallel partials and their sum to bf16
-// (docs/spec/tensor-parallel.md §4): its side of a bound counts the wire (§9.2).
-bool has_bf16_wire(const DraftProposer& proposer) {
+// The roundings a drafter takes past its precision's bf16 boundaries, counted on its side of a
+// bound: a bf16 wire, the row-parallel partials and their sum rounded to bf16
+// (docs/spec/tensor-parallel.md §4, §9.2), and bf16 attention partials (docs/tolerances.md §4).
+void add_own_roundings(ErrorModel& side, const DraftProposer& proposer) {
   const HeadSettings& settings = proposer.settings();
-  return settings.tp_size > 1 && settings.tp_reduce_dtype == TpReduceDtype::kBf16;
+  side.bf16_wire = settings.tp_size > 1 && settings.tp_reduce_dtype == TpReduceDtype::kBf16;
+  side.bf16_attention_partials = proposer.bf16_attention_partials();
 }
 
 bool is_partial_tap(const std::string& name) { return !partial_family_of(name).empty(); }
@@ -122,8 +124,7 @@ class Replayer {
       if (!lanes_[i].compare_with_fixture) continue;
       PairSummary pair;
       pair.tolerance = fixture_pair(fixture.expect_precision, lanes_[i].precision, lanes_[i].proposer->name());
-      pair.tolerance.actual.bf16_wire = has_bf16_wire(*lanes_[i].proposer);
-      pair.tolerance.actual.bf16_attention_partials = lanes_[i].proposer->bf16_attention_partials();
+      add_own_roundings(pair.tolerance.actual, *lanes_[i].proposer);
       pair.label = pair.tolerance.label;
       pair.expected_lane = -1;
       pair.actual_lane = static_cast<int>(i);
@@ -145,10 +146,8 @@ class Replayer {
       const ReplayLane& ref = lanes_[check.reference];
       const ReplayLane& cand = lanes_[check.candidate];
       pair.tolerance = cross_pair(ref.precision, ref.proposer->name(), cand.precision, cand.proposer->name());
-      pair.tolerance.expected.bf16_wire = has_bf16_wire(*ref.proposer);
-      pair.tolerance.actual.bf16_wire = has_bf16_wire(*cand.proposer);
-      pair.tolerance.expected.bf16_attention_partials = ref.proposer->bf16_attention_partials();
-      pair.tolerance.actual.bf16_attention_partials = cand.proposer->bf16_attention_partials();
+      add_own_roundings(pair.tolerance.expected, *ref.proposer);
+      add_own_roundings(pair.tolerance.actual, *cand.proposer);
       pair.label = pair.tolerance.label;
       pair.expected_lane = check.reference;
       pair.actual_lane = check.candidate;
